@@ -1,0 +1,1 @@
+"""Decoding engines behind one protocol (see engines/base.py)."""

@@ -1,0 +1,1 @@
+"""Calibration suites: prompt sets and their scorers (see suites/base.py)."""

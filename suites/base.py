@@ -1,0 +1,34 @@
+"""The suite protocol: a list of prompts and a scorer. Suites know nothing of engines."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """One calibration prompt.
+
+    ``text`` is the plain prompt; ``messages`` is the same prompt as chat messages
+    (``[{"role": "user", "content": ...}]``), which an engine renders with its tokenizer's
+    chat template when it has one. ``meta`` carries what the scorer needs (gold answer, tests).
+    """
+
+    id: str
+    text: str
+    messages: tuple[Mapping[str, str], ...] = ()
+    meta: Mapping[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Suite(Protocol):
+    name: str
+
+    def prompts(self) -> Sequence[Prompt]: ...
+
+    def score(self, prompt: Prompt, text: str) -> bool: ...
+
+
+def chat(text: str) -> tuple[Mapping[str, str], ...]:
+    """The chat form of a plain prompt: one user message."""
+    return ({"role": "user", "content": text},)
