@@ -1,0 +1,237 @@
+"""The ``redline`` command: Redline on outcomes recorded elsewhere.
+
+    redline select OUTCOMES.csv --reference NAME --alpha A [--delta D] [--cost tpf|apf|COLUMN]
+                   [--lower-is-better] [--configs a,b,...] [--correction holm|bonferroni]
+                   [--family all|candidates] [--json]
+    redline sample-size --alpha A --risk R --configs M [--delta D] [--power P] [--json]
+
+Each subcommand is a pair: ``add_<name>(subparsers)`` declares its parser and sets
+``run=<function(args) -> int>``; list it in ``SUBCOMMANDS``. Commands on recorded outcomes
+declare the shared options with :func:`add_outcome_arguments` and load them with
+:func:`load_outcomes`. Bad input is one line on stderr and exit status 2, never a traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+EXIT_OK = 0
+EXIT_USAGE = 2
+
+
+class UsageError(Exception):
+    """Bad command-line input: printed as one line, exit status 2."""
+
+    def __init__(self, message: str, prog: str = "redline") -> None:
+        super().__init__(message)
+        self.prog = prog
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (no usage dump) that main() turns into exit status 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(message, self.prog)
+
+
+# ---------------------------------------------------------------------- argument types
+
+
+def probability(text: str) -> float:
+    """An argparse type: a number strictly inside (0, 1)."""
+    try:
+        x = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got '{text}'") from None
+    if not 0.0 < x < 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got '{text}'")
+    return x
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: an integer >= 1."""
+    try:
+        x = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got '{text}'") from None
+    if x < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got '{text}'")
+    return x
+
+
+def config_list(text: str) -> list[str]:
+    """An argparse type: comma-separated config names."""
+    names = [name.strip() for name in text.split(",")]
+    if not text.strip() or any(not name for name in names):
+        raise argparse.ArgumentTypeError(f"expected comma-separated config names, got '{text}'")
+    return names
+
+
+# ---------------------------------------------------------------------- shared by outcome commands
+
+
+def add_outcome_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of every command that works on a recorded outcome CSV."""
+    parser.add_argument("outcomes", metavar="OUTCOMES.csv", help="outcome CSV: config,prompt,correct,tokens,forwards[,...]")
+    parser.add_argument("--reference", required=True, metavar="NAME", help="the reference (lossless) config")
+    parser.add_argument("--cost", default="tpf", metavar="tpf|apf|COLUMN", help="cost to rank by (default tpf)")
+    parser.add_argument(
+        "--lower-is-better", action="store_true", help="lower cost is better (implied for memory* columns)"
+    )
+    parser.add_argument("--configs", type=config_list, metavar="a,b,...", help="configs to use, in this order")
+    parser.add_argument("--delta", type=probability, default=0.10, help="family-wise error level (default 0.10)")
+    parser.add_argument("--correction", choices=("holm", "bonferroni"), default="holm")
+    parser.add_argument(
+        "--family",
+        choices=("all", "candidates"),
+        default="all",
+        help="'all' counts the reference in the family (the paper); 'candidates' leaves it out",
+    )
+
+
+@dataclass(frozen=True)
+class Outcomes:
+    """A loaded outcome CSV, ready for the risk functions."""
+
+    table: Any  # OutcomeTable, restricted to --configs
+    cost: np.ndarray
+    cost_kind: str
+    reference: int
+    lower_is_better: bool
+
+    def options(self, args: argparse.Namespace) -> dict[str, Any]:
+        """Keyword arguments for risk.certify / sweep / alpha_min."""
+        return {
+            "names": self.table.configs,
+            "lower_is_better": self.lower_is_better,
+            "correction": args.correction,
+            "family": args.family,
+        }
+
+
+def load_outcomes(args: argparse.Namespace) -> Outcomes:
+    """Read args.outcomes, apply --configs, --reference and --cost; raises OutcomeError."""
+    from pytest_redline.outcomes import OutcomeError, OutcomeTable, cost_direction
+
+    table = OutcomeTable.read_csv(args.outcomes)
+    if args.configs:
+        table = table.select(args.configs)
+    if args.reference not in table.configs:
+        raise OutcomeError(
+            f"{args.outcomes}: reference '{args.reference}' is not among the configs: {', '.join(table.configs)}"
+        )
+    cost = table.cost(args.cost)
+    if not np.all(cost > 0):
+        raise OutcomeError(f"{args.outcomes}: cost '{args.cost}' must be positive for every config, got {cost.tolist()}")
+    lower = args.lower_is_better or cost_direction(args.cost) == "lower"
+    return Outcomes(table, cost, args.cost, table.index(args.reference), lower)
+
+
+def print_json(obj: Any) -> None:
+    print(json.dumps(obj, indent=2))
+
+
+# ---------------------------------------------------------------------- select
+
+
+def add_select(subparsers: Any) -> None:
+    p = subparsers.add_parser("select", help="certify the configs of an outcome CSV and pick the one to deploy")
+    add_outcome_arguments(p)
+    p.add_argument("--alpha", type=probability, required=True, help="risk budget")
+    p.add_argument("--json", action="store_true", help="print the JSON report object instead of the table")
+    p.set_defaults(run=run_select)
+
+
+def run_select(args: argparse.Namespace) -> int:
+    from pytest_redline import risk
+
+    data = load_outcomes(args)
+    correct = data.table.correct
+    result = risk.certify(correct, data.cost, data.reference, args.alpha, args.delta, **data.options(args))
+    amin = risk.alpha_min(correct, data.cost, data.reference, args.delta, **data.options(args))
+    if args.json:
+        print_json({**result.to_dict(alpha_min=amin), "cost": data.cost_kind})
+    else:
+        print(f"{args.outcomes}: cost {data.cost_kind}")
+        print(result)
+        print(f"alpha_min: {amin if amin is not None else 'none on 0.01 .. 0.30'}")
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------------- sample-size
+
+
+def add_sample_size(subparsers: Any) -> None:
+    p = subparsers.add_parser("sample-size", help="prompts needed to certify a config of a given true risk")
+    p.add_argument("--alpha", type=probability, required=True, help="risk budget")
+    p.add_argument("--risk", type=float, required=True, help="true risk of the config, in [0, alpha)")
+    p.add_argument("--configs", type=positive_int, required=True, metavar="M", help="configs in the family")
+    p.add_argument("--delta", type=probability, default=0.10, help="family-wise error level (default 0.10)")
+    p.add_argument("--power", type=probability, default=0.8, help="target power (default 0.8)")
+    p.add_argument("--json", action="store_true", help="print a JSON object")
+    p.set_defaults(run=run_sample_size)
+
+
+def run_sample_size(args: argparse.Namespace) -> int:
+    from pytest_redline import risk
+
+    if not 0.0 <= args.risk < args.alpha:
+        raise UsageError(f"argument --risk: expected a number in [0, alpha = {args.alpha:g}), got {args.risk:g}", "redline sample-size")
+    n = risk.prompts_needed(args.alpha, args.risk, args.configs, args.delta, args.power)
+    level = args.delta / args.configs
+    report = {
+        "alpha": args.alpha,
+        "risk": args.risk,
+        "configs": args.configs,
+        "delta": args.delta,
+        "power": args.power,
+        "level": level,
+        "prompts_needed": n,
+        "critical_count": risk.critical_count(n, args.alpha, level),
+    }
+    if args.json:
+        print_json(report)
+    else:
+        print(
+            f"{n} prompts: from n = {n} on, a config of true risk {args.risk:g} passes Holm's first step "
+            f"(level delta/m = {level:.4g}) at alpha = {args.alpha:g} with probability >= {args.power:g} "
+            f"(at n = {n}: at most {report['critical_count']} violations pass)"
+        )
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------------- entry point
+
+#: Each adds one subcommand; analyses add theirs here.
+SUBCOMMANDS: list[Callable[[Any], None]] = [add_select, add_sample_size]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="redline", description="Redline certification of recorded LLM serving outcomes.")
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
+    for add in SUBCOMMANDS:
+        add(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command; returns the exit status (2 with one line on stderr for bad input)."""
+    try:
+        args = build_parser().parse_args(argv)
+        return args.run(args)
+    except SystemExit as e:  # --help
+        return int(e.code or 0)
+    except (UsageError, ValueError) as e:  # OutcomeError is a ValueError
+        prog = e.prog if isinstance(e, UsageError) else "redline"
+        message = str(e).splitlines()[0] if str(e) else type(e).__name__
+        print(f"{prog}: error: {message}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())
