@@ -1,0 +1,234 @@
+r"""Code suites scored by execution (pass@1): ``humaneval``, ``mbpp`` and ``code`` (both).
+
+Every completion runs in :mod:`suites.sandbox` (a child process with limits; not a security
+boundary). ``score(prompt, text)`` runs one program; ``score_many(prompts, texts)`` runs many in
+parallel (default: one at a time per usable CPU) and is what a caller with many outcomes wants.
+
+Formats (plain ``text``; chat ``messages`` for models with a chat template):
+
+- HumanEval, plain: the data set's ``prompt`` (imports, signature, docstring), to be continued
+  with the function body. Chat: ``HUMANEVAL_INSTRUCTION`` and the prompt in a fenced block.
+- MBPP, plain: the format of Austin et al. (2021): ``You are an expert Python programmer, and
+  here is your task: <text> Your code should pass these tests:\n\n<asserts>\n[BEGIN]\n``, after
+  ``few_shot`` (0-3) solved examples (tasks 2, 3, 4, as in the paper) closed by ``[DONE]``.
+  Chat: the task, the asserts and ``MBPP_INSTRUCTION``.
+
+How a program is assembled from a completion:
+
+- The code is the first fenced block (```` ```python ````, ```` ``` ````; an unclosed fence runs to
+  the end) that defines the function, else the first block, else the whole text. MBPP text is
+  cut at ``[DONE]`` and ``[BEGIN]`` is dropped first.
+- HumanEval: if the code defines ``def <entry_point>(`` at the top level it is a full function:
+  the program is the prompt, then the code (which replaces the prompt's stub and keeps its
+  imports and helpers). Otherwise it is a body: the program is the prompt followed by the text,
+  cut at the first top-level ``class``, ``def``, ``#``, ``if``, ``print`` or closing fence (the
+  stop sequences of the Codex paper) when it was not fenced. The tests are the data set's
+  ``test`` and ``check(<entry_point>)``.
+- MBPP: the program is the code; the tests are ``test_setup_code`` (``test_imports`` in the
+  sanitized file) and the asserts of ``test_list``.
+
+Code and tests are compiled separately and run in that order as ``__main__``, so an
+``if __name__ == "__main__":`` block in a completion runs, and one that exits makes it fail.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any, Sequence
+
+from suites.base import Prompt, chat
+from suites.records import Record, check_int, data_path, read_records, reject_unknown, select
+from suites.sandbox import Limits, Program, Result, run_many
+from suites.union import Union, part_args
+
+HUMANEVAL_INSTRUCTION = "Complete the following Python function. Reply with the whole function in a ```python code block."
+MBPP_INSTRUCTION = "Write the Python code for this task. Reply with the code in a ```python code block."
+MBPP_SPLITS = {"test": (11, 510), "prompt": (1, 10), "validation": (511, 600), "train": (601, 974), "all": (1, 10**9)}
+MBPP_EXAMPLES = (2, 3, 4)  # the few-shot tasks of Austin et al. (2021)
+STOP = ("\nclass", "\ndef", "\n#", "\nif", "\nprint", "\n```")
+
+_FENCE = re.compile(r"```[ \t]*([\w+-]*)[^\n]*\n(.*?)(?:\n[ \t]*```|\Z)", re.S)
+_SUITE_ARGS = ("path", "seed", "count", "ids", "timeout", "workers", "python")
+
+
+def code_blocks(text: str) -> list[str]:
+    """The contents of the fenced Python (or untagged) code blocks of ``text``, in order."""
+    return [m.group(2) for m in _FENCE.finditer(text) if m.group(1).lower() in ("", "python", "py", "python3")]
+
+
+def _defines(code: str, name: str) -> bool:
+    return re.search(rf"^def\s+{re.escape(name)}\s*\(", code, re.M) is not None
+
+
+def _pick(blocks: list[str], name: str | None) -> str:
+    for wanted in ([f"def {name}"] if name else []) + ["def "]:
+        for block in blocks:
+            if wanted in block:
+                return block
+    return blocks[0]
+
+
+def humaneval_program(prompt: str, entry_point: str, completion: str) -> str:
+    """The program (without tests) for a HumanEval completion; see the module docstring."""
+    blocks = code_blocks(completion)
+    code = _pick(blocks, entry_point) if blocks else completion
+    if _defines(code, entry_point):
+        return f"{prompt}\n{code}\n"
+    if not blocks:
+        cuts = [code.find(stop) for stop in STOP if stop in code]
+        code = code[: min(cuts)] if cuts else code
+    return f"{prompt}{code}\n"
+
+
+def mbpp_program(completion: str) -> str:
+    """The program (without tests) for an MBPP completion; see the module docstring."""
+    text = completion.split("[DONE]", 1)[0].replace("[BEGIN]", "")
+    blocks = code_blocks(text)
+    return (_pick(blocks, None) if blocks else text) + "\n"
+
+
+class _Executed:
+    """Scoring by execution, for suites that turn (prompt, text) into a sandbox Program."""
+
+    name: str
+    workers: int | None = None
+    python: str | None = None
+
+    def program(self, prompt: Prompt, text: str) -> Program:
+        raise NotImplementedError
+
+    def execute(self, prompts: Sequence[Prompt], texts: Sequence[str], workers: int | None = None) -> list[Result | None]:
+        """The sandbox result of each completion (None where no program could be built from it)."""
+        if len(prompts) != len(texts):
+            raise ValueError(f"suite {self.name!r}: {len(prompts)} prompts but {len(texts)} texts")
+        programs: list[Program | None] = []
+        for prompt, text in zip(prompts, texts):
+            try:
+                programs.append(self.program(prompt, text))
+            except Exception:  # malformed output (not even a string) is wrong, never an error
+                programs.append(None)
+        results = iter(run_many([p for p in programs if p is not None], workers or self.workers, self.python))
+        return [next(results) if p is not None else None for p in programs]
+
+    def score_many(self, prompts: Sequence[Prompt], texts: Sequence[str], workers: int | None = None) -> list[bool]:
+        """``score`` for many outcomes at once, run in parallel (default: the usable CPU count)."""
+        return [result is not None and result.passed for result in self.execute(prompts, texts, workers)]
+
+    def score(self, prompt: Prompt, text: str) -> bool:
+        return self.score_many([prompt], [text], workers=1)[0]
+
+
+def _execution_args(suite: str, timeout: float, workers: int | None, python: str | None) -> tuple[Limits, int | None, str | None]:
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise ValueError(f"suite {suite!r}: suite_args.timeout: expected CPU seconds > 0, got {timeout!r}")
+    if workers is not None:
+        check_int(workers, "workers", suite, 1)
+    if python is not None and not isinstance(python, str):
+        raise ValueError(f"suite {suite!r}: suite_args.python: expected a path to a Python interpreter, got {python!r}")
+    return Limits(cpu_seconds=timeout), workers, python
+
+
+class HumanEval(_Executed):
+    """The 164 HumanEval problems. ``timeout``: CPU seconds per program (wall: 3 x + 5 s)."""
+
+    name = "humaneval"
+
+    def __init__(self, *, path: str | None = None, seed: int | None = None, count: int | None = None,
+                 ids: Sequence[str | int] | None = None, timeout: float = 10.0, workers: int | None = None,
+                 python: str | None = None, **unknown: Any):
+        reject_unknown(self.name, unknown, _SUITE_ARGS)
+        self.limits, self.workers, self.python = _execution_args(self.name, timeout, workers, python)
+        prompts = [self._prompt(record) for record in read_records(data_path(path, "HumanEval.jsonl.gz"))]
+        self._prompts = select(prompts, self.name, seed=seed, count=count, ids=ids)
+
+    def _prompt(self, record: Record) -> Prompt:
+        task, code = record.get("task_id"), record.get("prompt")
+        meta = {"prompt": code, "entry_point": record.get("entry_point"), "test": record.get("test"),
+                "canonical_solution": record.get("canonical_solution", str, None)}
+        return Prompt(id=f"{self.name}/{task.replace('/', '-')}", text=code,
+                      messages=chat(f"{HUMANEVAL_INSTRUCTION}\n\n```python\n{code}```"), meta=meta)
+
+    def prompts(self) -> list[Prompt]:
+        return list(self._prompts)
+
+    def program(self, prompt: Prompt, text: str) -> Program:
+        meta = prompt.meta
+        return Program(code=humaneval_program(meta["prompt"], meta["entry_point"], text),
+                       tests=f"{meta['test']}\ncheck({meta['entry_point']})\n", limits=self.limits)
+
+
+class MBPP(_Executed):
+    """MBPP. ``split``: test (task_ids 11-510, the default), prompt, validation, train or all;
+    ``sanitized``: the hand-verified subset (427 tasks, 257 of them in the test split)."""
+
+    name = "mbpp"
+
+    def __init__(self, *, path: str | None = None, split: str = "test", sanitized: bool = False, few_shot: int = 0,
+                 seed: int | None = None, count: int | None = None, ids: Sequence[str | int] | None = None,
+                 timeout: float = 10.0, workers: int | None = None, python: str | None = None, **unknown: Any):
+        reject_unknown(self.name, unknown, _SUITE_ARGS + ("split", "sanitized", "few_shot"))
+        self.limits, self.workers, self.python = _execution_args(self.name, timeout, workers, python)
+        if split not in MBPP_SPLITS:
+            raise ValueError(f"suite {self.name!r}: suite_args.split: expected one of {sorted(MBPP_SPLITS)}, got {split!r}")
+        if not isinstance(sanitized, bool):
+            raise ValueError(f"suite {self.name!r}: suite_args.sanitized: expected true or false, got {sanitized!r}")
+        check_int(few_shot, "few_shot", self.name, 0, len(MBPP_EXAMPLES))
+        default = "sanitized-mbpp.json" if sanitized else "mbpp.jsonl"
+        tasks = [_mbpp_task(record) for record in read_records(data_path(path, default))]
+        low, high = MBPP_SPLITS[split]
+        examples = {t["task_id"]: t for t in map(_mbpp_task, read_records(data_path(None, "mbpp.jsonl")))}
+        shots = "".join(_mbpp_head(examples[i]) + f"[BEGIN]\n{examples[i]['code']}\n[DONE]\n" for i in MBPP_EXAMPLES[:few_shot])
+        prompts = [self._prompt(task, shots) for task in tasks if low <= task["task_id"] <= high]
+        self._prompts = select(prompts, self.name, seed=seed, count=count, ids=ids)
+
+    def _prompt(self, task: dict[str, Any], shots: str) -> Prompt:
+        tests = "\n".join(task["test_list"])
+        meta = {"test_list": task["test_list"], "setup": task["setup"], "code": task["code"]}
+        return Prompt(id=f"{self.name}/{task['task_id']}", text=shots + _mbpp_head(task) + "[BEGIN]\n",
+                      messages=chat(f"{task['text']} Your code should pass these tests:\n\n{tests}\n\n{MBPP_INSTRUCTION}"),
+                      meta=meta)
+
+    def prompts(self) -> list[Prompt]:
+        return list(self._prompts)
+
+    def program(self, prompt: Prompt, text: str) -> Program:
+        tests = prompt.meta["setup"] + "\n" + "\n".join(prompt.meta["test_list"]) + "\n"
+        return Program(code=mbpp_program(text), tests=tests, limits=self.limits)
+
+
+def _mbpp_task(record: Record) -> dict[str, Any]:
+    """One MBPP record, from either file's fields (full: text, test_setup_code; sanitized: prompt, test_imports)."""
+    sanitized = "prompt" in record.fields
+    return {
+        "task_id": record.get("task_id", int),
+        "text": record.get("prompt" if sanitized else "text"),
+        "code": record.get("code"),
+        "setup": "\n".join(record.strings("test_imports")) if sanitized else record.get("test_setup_code", str, ""),
+        "test_list": record.strings("test_list"),
+    }
+
+
+def _mbpp_head(task: dict[str, Any]) -> str:
+    tests = "\n".join(task["test_list"])
+    return f"You are an expert Python programmer, and here is your task: {task['text']} Your code should pass these tests:\n\n{tests}\n"
+
+
+class _CodeUnion(_Executed, Union):
+    def program(self, prompt: Prompt, text: str) -> Program:
+        return self.part(prompt).program(prompt, text)
+
+
+def CodeSuite(*, humaneval: dict[str, Any] | None = None, mbpp: dict[str, Any] | None = None,
+              seed: int | None = None, count: int | None = None, ids: Sequence[str] | None = None,
+              workers: int | None = None, python: str | None = None, **unknown: Any) -> _CodeUnion:
+    """HumanEval + MBPP. ``humaneval`` and ``mbpp`` hold each part's own suite_args, except
+    ``workers`` and ``python``, which apply to both and are given at the top level."""
+    reject_unknown("code", unknown, ("humaneval", "mbpp", "seed", "count", "ids", "workers", "python"))
+    args = {"humaneval": part_args("code", "humaneval", humaneval), "mbpp": part_args("code", "mbpp", mbpp)}
+    for part, given in args.items():
+        for key in ("workers", "python"):
+            if key in given:
+                raise ValueError(f"suite 'code': suite_args.{part}.{key}: give {key} at the top level of code's suite_args")
+    _, workers, python = _execution_args("code", 1.0, workers, python)
+    suite = _CodeUnion("code", [HumanEval(**args["humaneval"]), MBPP(**args["mbpp"])], seed=seed, count=count, ids=ids)
+    suite.workers, suite.python = workers, python
+    return suite
