@@ -57,3 +57,57 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini("redline_cache_dir", "folder of the outcome store", default="")
     parser.addini("redline_report", "default path of the JSON report", default="")
     parser.addini("redline_outcomes", "default path of the outcome CSV", default="")
+
+
+@dataclass(frozen=True)
+class GateOptions:
+    """The gate's settings after the command line, the ini file and the defaults."""
+
+    alpha: float
+    delta: float | None  # None: each grid's own delta, else 0.10
+    correction: str
+    grids: tuple[Path, ...]  # named grids (--redline-grid, else the ini's); may be empty
+    deploy: str | None
+    report: Path | None
+    outcomes: Path | None
+    cache_dir: Path
+    no_cache: bool
+
+    @classmethod
+    def from_config(cls, config: pytest.Config) -> "GateOptions":
+        here = Path(config.invocation_params.dir)
+        root = Path(config.rootpath)
+        opt = config.getoption
+        return cls(
+            alpha=opt("redline_alpha"),
+            delta=opt("redline_delta") if opt("redline_delta") is not None else _ini_delta(config),
+            correction=opt("redline_correction") or _ini_choice(config, "redline_correction", CORRECTIONS) or "holm",
+            grids=tuple(here / p for p in opt("redline_grid")) or tuple(Path(p) for p in config.getini("redline_grid")),
+            deploy=opt("redline_deploy"),
+            report=_path(opt("redline_report"), here) or _path(config.getini("redline_report"), root),
+            outcomes=_path(opt("redline_outcomes"), here) or _path(config.getini("redline_outcomes"), root),
+            cache_dir=_path(opt("redline_cache_dir"), here) or _path(config.getini("redline_cache_dir"), root)
+            or root / DEFAULT_CACHE_DIR,
+            no_cache=bool(opt("redline_no_cache")),
+        )
+
+
+def _path(value: str | None, base: Path) -> Path | None:
+    return base / Path(value).expanduser() if value else None
+
+
+def _ini_delta(config: pytest.Config) -> float | None:
+    text = str(config.getini("redline_delta")).strip()
+    if not text:
+        return None
+    try:
+        return open_unit("redline_delta")(text)
+    except argparse.ArgumentTypeError as e:
+        raise pytest.UsageError(f"{config.inipath}: ini {e}") from None
+
+
+def _ini_choice(config: pytest.Config, name: str, choices: tuple[str, ...]) -> str | None:
+    text = str(config.getini(name)).strip()
+    if text and text not in choices:
+        raise pytest.UsageError(f"{config.inipath}: ini {name}: expected one of {', '.join(choices)}, got {text!r}")
+    return text or None

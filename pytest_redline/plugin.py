@@ -1,6 +1,8 @@
 """The pytest hooks of the Redline gate. Thin: the logic lives in plain classes.
 
-Without ``--redline-alpha`` the plugin only adds its options.
+Without ``--redline-alpha`` the plugin only adds its options: it collects nothing extra
+and imports nothing heavy. With it, :class:`GateHooks` (and, when pytest-xdist is
+installed, :class:`XdistHooks`) are registered around one :class:`~pytest_redline.session.Gate`.
 """
 from __future__ import annotations
 
@@ -8,6 +10,78 @@ import pytest
 
 from pytest_redline.options import add_options
 
+GATE = pytest.StashKey["object"]()
+
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     add_options(parser)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("redline_alpha") is None:
+        return
+    from pytest_redline.session import Gate
+
+    gate = Gate.start(config)  # a bad grid, option or store is a UsageError here: exit 4
+    config.stash[GATE] = gate
+    worker = hasattr(config, "workerinput")
+    config.pluginmanager.register(GateHooks(gate, worker), "redline-gate")
+    if config.pluginmanager.hasplugin("xdist") and not worker:
+        config.pluginmanager.register(XdistHooks(gate), "redline-xdist")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    gate = config.stash.get(GATE, None)
+    if gate is not None:
+        gate.close()
+        del config.stash[GATE]
+
+
+class GateHooks:
+    def __init__(self, gate, worker: bool) -> None:
+        self.gate, self.worker = gate, worker
+
+    def pytest_collect_file(self, file_path, parent):
+        if self.gate.is_grid(file_path):
+            from pytest_redline.nodes import GridFile
+
+            return GridFile.from_parent(parent, path=file_path, gate=self.gate)
+        return None
+
+    def pytest_deselected(self, items) -> None:
+        self.gate.deselect(items)
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        self.gate.plan(session.items)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if not self.worker:
+            self.gate.ledger.record(report)
+
+    def pytest_report_teststatus(self, report: pytest.TestReport):
+        if report.when == "call" and report.passed and ("regression", True) in map(tuple, report.user_properties):
+            return "regressed", "R", ("REGRESSED", {"yellow": True})
+        return None
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if self.worker:
+            session.config.workeroutput.update(self.gate.worker_output())
+        else:
+            session.exitstatus = self.gate.finish(session.exitstatus)
+
+    def pytest_terminal_summary(self, terminalreporter) -> None:
+        if not self.worker:
+            self.gate.summary(terminalreporter)
+
+
+class XdistHooks:
+    """Controller-side xdist hooks (registered only when xdist is installed)."""
+
+    def __init__(self, gate) -> None:
+        self.gate = gate
+
+    def pytest_configure_node(self, node) -> None:
+        node.workerinput.update(self.gate.worker_input())
+
+    def pytest_testnodedown(self, node, error) -> None:
+        self.gate.merge_worker_output(getattr(node, "workeroutput", {}))

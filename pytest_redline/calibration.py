@@ -1,0 +1,198 @@
+"""One grid, prepared for a session: its prompts, configs, engines and test level.
+
+:func:`prepare` finishes what the grid file alone cannot check, still before any model
+loads: that the engine and suite names are registered, that the suite has prompts, that
+``reference`` and ``deploy`` name configs, and that n is large enough for some config to
+pass at this alpha, delta and m. Every problem is a :class:`~pytest_redline.grid.GridError`.
+
+A grid without a suite takes its prompts and default configs from its engine (``replay``:
+the engine records them). That engine is built here; it loads no model.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from pytest_redline import registry
+from pytest_redline.enginebook import EngineBook
+from pytest_redline.grid import FASTEST, Grid, GridError
+
+MODES = {None: "all", FASTEST: "select"}  # any other deploy value names a config: "gate"
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """A grid in a session. ``configs`` are in grid order; ``delta_share`` is its test level."""
+
+    grid: Grid
+    label: str
+    configs: tuple[str, ...]
+    params: Mapping[str, Mapping[str, Any]]
+    engines: Mapping[str, tuple[str, Mapping[str, Any]]]
+    suite: Any
+    prompts: tuple[Any, ...]
+    alpha: float
+    delta: float
+    delta_share: float
+    grids_in_session: int
+    correction: str
+    deploy: str | None
+
+    @property
+    def reference(self) -> str:
+        return self.grid.reference
+
+    @property
+    def mode(self) -> str:
+        return MODES.get(self.deploy, "gate")
+
+    @property
+    def n(self) -> int:
+        return len(self.prompts)
+
+    @property
+    def m(self) -> int:
+        return len(self.configs)
+
+    def collection_order(self) -> tuple[str, ...]:
+        """The reference first (candidates need its outcomes), then the grid's order."""
+        return (self.reference,) + tuple(c for c in self.configs if c != self.reference)
+
+
+@dataclass(frozen=True)
+class Level:
+    """The session's test settings for one grid."""
+
+    alpha: float
+    delta: float
+    grids_in_session: int
+    correction: str
+    deploy_override: str | None
+
+
+def prepare(grid: Grid, label: str, level: Level, engines: EngineBook) -> Calibration:
+    for key, name in _engine_names(grid):
+        _registered(grid, key, registry.ENGINES, name)
+    if grid.suite is not None:
+        _registered(grid, "suite", registry.SUITES, grid.suite)
+        suite = _build_suite(grid)
+        prompts, recorded = tuple(suite.prompts()), None
+        if not prompts:
+            raise grid.error("suite", f"expected a suite with prompts; suite {grid.suite!r} with suite_args {dict(grid.suite_args)!r} has none")
+    else:
+        suite = None
+        prompts, recorded = _recorded(grid, engines)
+    configs, params, engine_of = _configs(grid, recorded)
+    _check_prompts(grid, prompts)
+    deploy = _deploy(grid, configs, level.deploy_override)
+    delta = level.delta if level.delta is not None else (grid.delta if grid.delta is not None else 0.10)
+    cal = Calibration(
+        grid=grid, label=label, configs=configs, params=params, engines=engine_of, suite=suite,
+        prompts=prompts, alpha=level.alpha, delta=delta, delta_share=delta / level.grids_in_session,
+        grids_in_session=level.grids_in_session, correction=level.correction, deploy=deploy,
+    )
+    _check_n(cal)
+    return cal
+
+
+def _engine_names(grid: Grid):
+    if grid.engine is not None:
+        yield "engine", grid.engine
+    for spec in grid.configs or ():
+        if spec.engine is not None:
+            yield f"configs.{spec.name}.engine", spec.engine
+
+
+def _registered(grid: Grid, key: str, group: str, name: str) -> None:
+    try:
+        registry.check(group, name)
+    except registry.RegistryError as e:
+        raise grid.error(key, str(e)) from None
+
+
+def _build_suite(grid: Grid) -> Any:
+    try:
+        return registry.factory(registry.SUITES, grid.suite)(**grid.suite_args)
+    except Exception as e:
+        raise grid.error("suite_args", f"suite {grid.suite!r} failed to build with {dict(grid.suite_args)!r}: {type(e).__name__}: {e}") from None
+
+
+def _recorded(grid: Grid, engines: EngineBook) -> tuple[tuple[Any, ...], Mapping[str, Mapping[str, Any]]]:
+    """Prompts and configs from an engine that records them (replay)."""
+    try:
+        engine = engines.get(grid.engine, grid.engine_args)
+    except Exception as e:
+        raise grid.error("engine_args", str(e)) from None
+    if not (hasattr(engine, "prompts") and hasattr(engine, "configs")):
+        raise grid.error("suite", f"expected a suite: engine {grid.engine!r} does not record its own prompts")
+    prompts = tuple(engine.prompts())
+    if not prompts:
+        raise grid.error("engine_args", f"expected recorded prompts; engine {grid.engine!r} has none")
+    return prompts, dict(engine.configs())
+
+
+def _configs(grid: Grid, recorded: Mapping[str, Mapping[str, Any]] | None):
+    if grid.configs is None:
+        if recorded is None:
+            raise grid.error("configs", "expected a mapping of config name -> engine parameters")
+        names = tuple(recorded)
+        params = {name: dict(recorded[name]) for name in names}
+        engine_of = {name: (grid.engine, dict(grid.engine_args)) for name in names}
+    else:
+        names = tuple(spec.name for spec in grid.configs)
+        params, engine_of = {}, {}
+        for i, spec in enumerate(grid.configs):
+            if spec.params is None:  # a name in a list: its recorded parameters
+                if recorded is None or spec.name not in recorded:
+                    known = ", ".join(recorded) if recorded else "none: a suite grid needs configs as a mapping"
+                    raise grid.error(f"configs[{i}]", f"expected a recorded config ({known}), got {spec.name!r}")
+                params[spec.name] = dict(recorded[spec.name])
+            else:
+                params[spec.name] = dict(spec.params)
+            engine = spec.engine or grid.engine
+            engine_of[spec.name] = (engine, dict(spec.engine_args) if spec.engine else {**grid.engine_args, **spec.engine_args})
+    for name in names:
+        if "::" in name:
+            raise grid.error(f"configs.{name}", "expected a config name without '::' (it separates node ids)")
+    grid.check_names(names)
+    return names, params, engine_of
+
+
+def _check_prompts(grid: Grid, prompts: tuple[Any, ...]) -> None:
+    key = "suite" if grid.suite is not None else "engine_args"
+    seen = set()
+    for prompt in prompts:
+        if prompt.id in seen:
+            raise grid.error(key, f"expected distinct prompt ids, got {prompt.id!r} twice")
+        if "::" in prompt.id:
+            raise grid.error(key, f"expected prompt ids without '::' (it separates node ids), got {prompt.id!r}")
+        seen.add(prompt.id)
+
+
+def _deploy(grid: Grid, configs: tuple[str, ...], override: str | None) -> str | None:
+    if override is None:
+        return grid.deploy
+    if override != FASTEST and override not in configs:
+        raise grid.error("deploy", f"--redline-deploy: expected {FASTEST!r} or one of the configs ({', '.join(configs)}), got {override!r}")
+    return override
+
+
+def _check_n(cal: Calibration) -> None:
+    """Refuse an n at which no config could ever pass (even with no violation at all)."""
+    from pytest_redline.risk import critical_count
+
+    level = cal.delta_share / cal.m
+    if critical_count(cal.n, cal.alpha, level) >= 0:
+        return
+    n = math.ceil(math.log(level) / math.log1p(-cal.alpha))
+    while critical_count(n, cal.alpha, level) < 0:
+        n += 1
+    while n > 1 and critical_count(n - 1, cal.alpha, level) >= 0:
+        n -= 1
+    key = "suite" if cal.grid.suite is not None else "engine_args"
+    raise cal.grid.error(
+        key,
+        f"expected at least {n} prompts: with n={cal.n} no config can pass at alpha={cal.alpha:g}, "
+        f"delta={cal.delta_share:g} and m={cal.m} configs (critical count < 0 even for 0 violations)",
+    )

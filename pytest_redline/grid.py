@@ -1,0 +1,298 @@
+"""The grid file: YAML in, a validated :class:`Grid` out.
+
+Every problem is a :class:`GridError` naming the file, the key path and what was expected,
+so that a bad grid is a usage error before any model loads. Which engine or suite names
+exist, and how many prompts a suite has, are checked later (``calibration.py``): this
+module reads the file only.
+
+Relative paths resolve against the grid file's folder. A string argument is a path when
+its key is one of :data:`PATH_KEYS` or ends in ``_path``; this applies to the keys of
+``engine_args`` and ``suite_args`` (the grid's and each config's).
+"""
+from __future__ import annotations
+
+import difflib
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+KEYS = (
+    "name", "suite", "suite_args", "engine", "engine_args", "cost", "direction",
+    "reference", "configs", "deploy", "delta", "batch_size", "timeout",
+)
+CONFIG_ENGINE_KEYS = ("engine", "engine_args")
+PATH_KEYS = frozenset({"model", "outcomes", "path", "data", "draft", "target"})
+BUILTIN_DIRECTIONS = {"tpf": "higher", "apf": "higher", "memory": "lower"}
+DEFAULT_BATCH_SIZE = 16
+FASTEST = "fastest"
+
+
+class GridError(Exception):
+    """A bad grid file: ``<file>: <key path>: <what was expected>``."""
+
+    def __init__(self, path: str | os.PathLike, key: str, message: str) -> None:
+        self.path, self.key, self.message = os.fspath(path), key, message
+        super().__init__(f"{self.path}: {key}: {message}" if key else f"{self.path}: {message}")
+
+
+@dataclass(frozen=True)
+class ConfigSpec:
+    """One config of a grid. ``params`` is None when the engine's recorded configs supply it."""
+
+    name: str
+    params: Mapping[str, Any] | None
+    engine: str | None
+    engine_args: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Grid:
+    """A validated grid file. ``configs`` is None when every recorded config is meant (replay)."""
+
+    path: Path
+    name: str
+    suite: str | None
+    suite_args: Mapping[str, Any]
+    engine: str | None
+    engine_args: Mapping[str, Any]
+    cost: str
+    direction: str
+    reference: str
+    configs: tuple[ConfigSpec, ...] | None
+    deploy: str | None
+    delta: float | None
+    batch_size: int
+    timeout: float | None
+
+    @property
+    def lower_is_better(self) -> bool:
+        return self.direction == "lower"
+
+    def error(self, key: str, message: str) -> GridError:
+        return GridError(self.path, key, message)
+
+    def check_names(self, names: tuple[str, ...]) -> None:
+        """Check ``reference`` and ``deploy`` against the config names (once they are known)."""
+        if self.reference not in names:
+            raise self.error("reference", f"expected one of the configs ({', '.join(names)}), got {self.reference!r}")
+        if self.deploy not in (None, FASTEST) and self.deploy not in names:
+            raise self.error(
+                "deploy", f"expected {FASTEST!r} or one of the configs ({', '.join(names)}), got {self.deploy!r}"
+            )
+
+
+def load_grid(path: str | os.PathLike) -> Grid:
+    """Read and validate a grid file."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise GridError(path, "", "no such grid file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise GridError(path, "", f"cannot read the grid file ({e})") from None
+    return parse_grid(text, path)
+
+
+def parse_grid(text: str, path: Path) -> Grid:
+    data = _load_yaml(text, path)
+    if not isinstance(data, dict):
+        raise GridError(path, "", f"expected a mapping of grid keys at the top level, got {_kind(data)}")
+    for key in data:
+        if key not in KEYS:
+            raise GridError(path, str(key), f"unknown key{_suggest(str(key), KEYS)}")
+    return _Reader(path, data).grid()
+
+
+class _Reader:
+    """Validates the keys of one parsed grid file."""
+
+    def __init__(self, path: Path, data: dict) -> None:
+        self.path, self.data, self.folder = path, data, path.resolve().parent
+
+    def fail(self, key: str, message: str) -> GridError:
+        return GridError(self.path, key, message)
+
+    def grid(self) -> Grid:
+        engine = self.optional_str("engine")
+        configs = self.configs()
+        if engine is None and (configs is None or any(c.engine is None for c in configs)):
+            raise self.fail("engine", "expected an engine name (here, or an `engine:` in every config)")
+        cost = self.optional_str("cost") or "tpf"
+        reference = self.optional_str("reference")
+        if reference is None:
+            raise self.fail("reference", "expected the name of the reference config")
+        grid = Grid(
+            path=self.path,
+            name=self.optional_str("name") or self.path.stem,
+            suite=self.optional_str("suite"),
+            suite_args=self.args("suite_args", self.data.get("suite_args")),
+            engine=engine,
+            engine_args=self.args("engine_args", self.data.get("engine_args")),
+            cost=cost,
+            direction=self.direction(cost),
+            reference=reference,
+            configs=configs,
+            deploy=self.optional_str("deploy"),
+            delta=self.delta(),
+            batch_size=self.batch_size(),
+            timeout=self.timeout(),
+        )
+        if configs is not None:
+            grid.check_names(tuple(c.name for c in configs))
+        return grid
+
+    def optional_str(self, key: str) -> str | None:
+        value = self.data.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, str) or not value.strip():
+            raise self.fail(key, f"expected a non-empty string, got {_show(value)}")
+        return value.strip()
+
+    def args(self, key: str, value: Any) -> Mapping[str, Any]:
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            raise self.fail(key, f"expected a mapping of arguments, got {_show(value)}")
+        out = {}
+        for name, arg in value.items():
+            if not isinstance(name, str):
+                raise self.fail(key, f"expected string argument names, got {_show(name)}")
+            out[name] = self.resolve(name, arg)
+        return out
+
+    def resolve(self, name: str, value: Any) -> Any:
+        if not isinstance(value, str) or not (name in PATH_KEYS or name.endswith("_path")):
+            return value
+        path = Path(value).expanduser()
+        return os.path.normpath(path if path.is_absolute() else self.folder / path)
+
+    def direction(self, cost: str) -> str:
+        given = self.data.get("direction")
+        builtin = BUILTIN_DIRECTIONS.get(cost)
+        if given is None:
+            return builtin or "higher"
+        if given not in ("higher", "lower"):
+            raise self.fail("direction", f"expected 'higher' or 'lower', got {_show(given)}")
+        if builtin is not None and given != builtin:
+            raise self.fail("direction", f"cost {cost!r} is {builtin}-is-better, got {given!r}")
+        return given
+
+    def delta(self) -> float | None:
+        value = self.data.get("delta")
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 < value < 1.0:
+            raise self.fail("delta", f"expected a number in (0, 1), got {_show(value)}")
+        return float(value)
+
+    def batch_size(self) -> int:
+        value = self.data.get("batch_size", DEFAULT_BATCH_SIZE)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise self.fail("batch_size", f"expected an integer >= 1, got {_show(value)}")
+        return value
+
+    def timeout(self) -> float | None:
+        value = self.data.get("timeout")
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 < value < math.inf:
+            raise self.fail("timeout", f"expected a number of seconds > 0, got {_show(value)}")
+        return float(value)
+
+    def configs(self) -> tuple[ConfigSpec, ...] | None:
+        value = self.data.get("configs")
+        if value is None:
+            return None
+        if isinstance(value, list):
+            return self.config_list(value)
+        if not isinstance(value, dict) or not value:
+            raise self.fail("configs", f"expected a non-empty mapping of name -> parameters, got {_show(value)}")
+        return tuple(self.config(name, params) for name, params in value.items())
+
+    def config_list(self, names: list) -> tuple[ConfigSpec, ...]:
+        """``configs: [a, b]``: names of recorded configs (replay), in a chosen order."""
+        if not names:
+            raise self.fail("configs", "expected at least one config name, got an empty list")
+        seen = set()
+        for i, name in enumerate(names):
+            if not isinstance(name, str) or not name.strip():
+                raise self.fail(f"configs[{i}]", f"expected a config name, got {_show(name)}")
+            if name in seen:
+                raise self.fail(f"configs[{i}]", f"expected distinct config names, got {name!r} twice")
+            seen.add(name)
+        return tuple(ConfigSpec(name, None, None, {}) for name in names)
+
+    def config(self, name: Any, params: Any) -> ConfigSpec:
+        key = f"configs.{name}"
+        if not isinstance(name, str) or not name.strip():
+            raise self.fail("configs", f"expected string config names, got {_show(name)}")
+        if params is None:
+            params = {}
+        if not isinstance(params, dict):
+            raise self.fail(key, f"expected a mapping of engine parameters, got {_show(params)}")
+        params = dict(params)
+        engine = params.pop("engine", None)
+        if engine is not None and (not isinstance(engine, str) or not engine.strip()):
+            raise self.fail(f"{key}.engine", f"expected an engine name, got {_show(engine)}")
+        args = self.args(f"{key}.engine_args", params.pop("engine_args", None))
+        for param in params:
+            if not isinstance(param, str):
+                raise self.fail(key, f"expected string parameter names, got {_show(param)}")
+        return ConfigSpec(name, params, engine, args)
+
+
+# --------------------------------------------------------------------------- YAML
+
+
+def _load_yaml(text: str, path: Path) -> Any:
+    import yaml
+
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        _check_duplicates(node, "", path)
+        return yaml.safe_load(text)
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise GridError(path, where, f"malformed YAML: {e.problem or e.context}") from None
+    except yaml.YAMLError as e:
+        raise GridError(path, "", f"malformed YAML: {e}") from None
+
+
+def _check_duplicates(node: Any, key_path: str, path: Path) -> None:
+    """YAML silently keeps the last of two equal keys; a grid must not (configs would vanish)."""
+    import yaml
+
+    if isinstance(node, yaml.MappingNode):
+        seen: dict[Any, int] = {}
+        for key_node, value_node in node.value:
+            key = key_node.value
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                what = "config name" if key_path == "configs" else "key"
+                raise GridError(
+                    path, f"{key_path}.{key}" if key_path else str(key),
+                    f"duplicate {what} (lines {seen[key]} and {line}); expected each once",
+                )
+            seen[key] = line
+            _check_duplicates(value_node, f"{key_path}.{key}" if key_path else str(key), path)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _check_duplicates(item, f"{key_path}[{i}]", path)
+
+
+def _suggest(key: str, valid: tuple[str, ...]) -> str:
+    close = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return f"{hint} (valid keys: {', '.join(valid)})"
+
+
+def _kind(value: Any) -> str:
+    return "an empty file" if value is None else type(value).__name__
+
+
+def _show(value: Any) -> str:
+    return f"{value!r} ({type(value).__name__})"

@@ -1,0 +1,244 @@
+"""What the gate tells people: the terminal summary, the JSON report and the outcome CSV."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any, Sequence
+
+from pytest_redline.ledger import REASONS
+from pytest_redline.verdict import GridVerdict
+
+EXAMPLES = 3
+ANSWER_CHARS = 300
+
+
+# --------------------------------------------------------------------------- terminal
+
+
+def header(v: GridVerdict) -> str:
+    cal = v.cal
+    delta = f"delta={cal.delta:g}"
+    if cal.grids_in_session > 1:
+        delta += f" (share {cal.delta_share:.4g}: split over {cal.grids_in_session} grids, Bonferroni)"
+    deploy = {"select": "select the fastest valid config", "all": "every candidate must be valid"}.get(
+        cal.mode, f"gate: {cal.deploy} must be valid"
+    )
+    return (
+        f"alpha={cal.alpha:g} {delta} {cal.correction}, n={cal.n} prompts, m={cal.m} configs, "
+        f"cost {cal.grid.cost} ({cal.grid.direction} is better); mode {cal.mode} ({deploy})"
+    )
+
+
+def table_lines(v: GridVerdict) -> list[str]:
+    """The per-config table: R marks the reference, * the deployed config."""
+    r = v.result
+    rows = [("", "config", "accuracy", "V", "risk", "risk_up", "p_value", "p_adj", "valid", "cost", "gain", "d_acc", "note")]
+    for i, name in enumerate(r.names):
+        mark = ("R" if i == r.reference_index else " ") + ("*" if i == r.deployed_index else " ")
+        rows.append((
+            mark, name, f"{r.accuracy[i]:.4f}", str(int(r.violations[i])), f"{r.risk[i]:.4f}", f"{r.risk_upper[i]:.4f}",
+            _num(r.p_values[i]), _num(r.p_adjusted[i]), "valid" if r.valid[i] else "NOT valid",
+            f"{r.cost[i]:.4g}", _gain(r, i), f"{r.net_accuracy[i]:+.1f}", _note(v, i),
+        ))
+    widths = [max(len(row[c]) for row in rows) for c in range(len(rows[0]))]
+    lines = []
+    for row in rows:
+        cells = [cell.ljust(w) if c in (1, 12) else cell.rjust(w) for c, (cell, w) in enumerate(zip(row, widths))]
+        lines.append("  ".join(cells).rstrip())
+    lines.append("R reference, * deployed; risk_up: Clopper-Pearson upper bound at 1 - delta; d_acc: accuracy points vs the reference")
+    return lines
+
+
+def _note(v: GridVerdict, i: int) -> str:
+    r = v.result
+    if r.valid[i] or i == r.reference_index:
+        return ""
+    needed = v.prompts_needed(r.names[i])
+    if needed is None:
+        return f"no n would certify it: risk {r.risk[i]:.4f} >= alpha"
+    return f"n={needed} prompts would certify it with 80% power at this risk"
+
+
+def missing_lines(v: GridVerdict) -> list[str]:
+    total = v.cal.m * v.cal.n
+    lines = [f"PARTIAL RUN: {len(v.missing)} of {total} items produced no outcome, so nothing is certified"]
+    for reason in REASONS:
+        items = [m for m in v.missing if m.reason == reason]
+        if items:
+            shown = ", ".join(f"{m.config}::{m.prompt}" for m in items[:EXAMPLES])
+            more = f", ... ({len(items) - EXAMPLES} more)" if len(items) > EXAMPLES else ""
+            lines.append(f"  {reason}: {len(items)} ({shown}{more})")
+    return lines
+
+
+def regression_lines(v: GridVerdict, verbosity: int) -> list[str]:
+    regressions = v.record.regressions()
+    if not regressions:
+        return ["regressions: none"]
+    per_config: dict[str, int] = {}
+    for reg in regressions:
+        per_config[reg["config"]] = per_config.get(reg["config"], 0) + 1
+    lines = [f"regressions: {len(regressions)} ({', '.join(f'{c}: {k}' for c, k in per_config.items())})"]
+    if verbosity >= 1:
+        limit = None if verbosity >= 2 else ANSWER_CHARS
+        for reg in regressions:
+            lines.append(f"  REGRESSED {reg['config']}::{reg['prompt']}")
+            lines.append(f"    reference answer: {_clip(reg['reference_answer'], limit)}")
+            lines.append(f"    candidate answer: {_clip(reg['candidate_answer'], limit)}")
+    return lines
+
+
+def grid_verdict(v: GridVerdict) -> str:
+    cal = v.cal
+    if not v.complete:
+        return f"NOT CERTIFIED ({cal.grid.name}): partial run, {len(v.missing)} items missing"
+    if v.error:
+        return f"NOT CERTIFIED ({cal.grid.name}): {v.error}"
+    r = v.result
+    d = r.deployed_index
+    deployed = f"deploy {r.deployed}" + (
+        " (the reference)" if d == r.reference_index else f" ({_gain(r, d)} {cal.grid.cost}, {r.net_accuracy[d]:+.1f} accuracy points)"
+    )
+    if v.certified:
+        what = {"select": "", "gate": f"{cal.deploy} is valid; ", "all": "every candidate is valid; "}[cal.mode]
+        return f"CERTIFIED ({cal.grid.name}, {cal.mode}): {what}{deployed}"
+    failed = v.not_certified
+    return (
+        f"NOT CERTIFIED ({cal.grid.name}, {cal.mode}): {len(failed)} of {len(v.required)} required configs "
+        f"not valid at alpha={cal.alpha:g}: {', '.join(failed)}"
+    )
+
+
+def grid_lines(v: GridVerdict, verbosity: int) -> list[str]:
+    lines = [header(v)]
+    if not v.complete:
+        lines += missing_lines(v)
+    elif v.error:
+        lines.append(v.error)
+    else:
+        lines += table_lines(v)
+    lines.append(f"outcomes: {v.record.count('store')} reused from the store, {v.record.count('decoded')} decoded")
+    lines += regression_lines(v, verbosity)
+    lines.append(grid_verdict(v))
+    return lines
+
+
+def session_line(verdicts: Sequence[GridVerdict]) -> tuple[str, bool]:
+    """The one line that says whether the session certified (and its exit status)."""
+    failed = [v.cal.grid.name for v in verdicts if not v.certified]
+    if not failed:
+        return f"REDLINE CERTIFIED: {len(verdicts)} grid{'s' * (len(verdicts) != 1)}", True
+    return f"REDLINE NOT CERTIFIED: {', '.join(failed)} (exit status 1)", False
+
+
+# --------------------------------------------------------------------------- JSON
+
+
+def grid_report(v: GridVerdict) -> dict[str, Any]:
+    """The JSON report object of one grid (DESIGN.md), plus partial-run and regression detail."""
+    cal = v.cal
+    out: dict[str, Any] = {
+        "grid": cal.grid.name,
+        "grid_file": cal.label,
+        "alpha": cal.alpha,
+        "delta": cal.delta,
+        "delta_share": cal.delta_share,
+        "grids_in_session": cal.grids_in_session,
+        "correction": cal.correction,
+        "n": cal.n,
+        "m": cal.m,
+        "reference": cal.reference,
+        "cost": cal.grid.cost,
+        "direction": cal.grid.direction,
+        "deploy_mode": cal.mode,
+        "deploy": cal.deploy,
+        "deployed": v.result.deployed if v.result is not None else None,
+        "certified": v.certified,
+        "complete": v.complete,
+        "required": list(v.required),
+        "not_certified": list(v.not_certified) if v.complete else list(v.required),
+        "alpha_min": v.alpha_min,
+        "configs": _configs(v),
+        "regressions": v.record.regressions(),
+        "outcomes": {"reused": v.record.count("store"), "decoded": v.record.count("decoded")},
+        "missing": [{"config": m.config, "prompt": m.prompt, "reason": m.reason} for m in v.missing],
+        "error": v.error,
+    }
+    return out
+
+
+def _configs(v: GridVerdict) -> list[dict[str, Any]]:
+    params = v.cal.params
+    if v.result is None:
+        return [{"name": name, "params": dict(params[name])} for name in v.cal.configs]
+    entries = v.result.to_dict()["configs"]
+    for entry in entries:
+        entry["params"] = dict(params[entry["name"]])
+        if not entry["valid"] and entry["name"] != v.cal.reference:
+            entry["prompts_needed"] = v.prompts_needed(entry["name"])
+    return entries
+
+
+def session_report(verdicts: Sequence[GridVerdict]) -> dict[str, Any]:
+    """One grid: its object; several: ``{"grids": [...]}``."""
+    reports = [grid_report(v) for v in verdicts]
+    return reports[0] if len(reports) == 1 else {"grids": reports, "certified": all(v.certified for v in verdicts)}
+
+
+def write_json(path: str | os.PathLike, verdicts: Sequence[GridVerdict]) -> None:
+    _atomic_write(Path(path), json.dumps(session_report(verdicts), indent=2) + "\n")
+
+
+# --------------------------------------------------------------------------- CSV
+
+
+def outcome_paths(path: str | os.PathLike, verdicts: Sequence[GridVerdict]) -> list[Path]:
+    """Where each grid's outcomes go: PATH with one grid, PATH-<grid name> with several."""
+    path = Path(path)
+    if len(verdicts) == 1:
+        return [path]
+    return [path.with_name(f"{path.stem}-{re.sub(r'[^A-Za-z0-9_.-]+', '_', v.cal.grid.name)}{path.suffix}") for v in verdicts]
+
+
+def write_outcomes(path: str | os.PathLike, verdicts: Sequence[GridVerdict]) -> list[str]:
+    """Write each complete grid's outcome CSV; returns one line per grid saying what happened."""
+    lines = []
+    for v, target in zip(verdicts, outcome_paths(path, verdicts)):
+        if v.table is None:
+            lines.append(f"outcomes of {v.cal.grid.name}: not written (partial run)")
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        v.table.write_csv(target)
+        lines.append(f"outcomes of {v.cal.grid.name}: {target}")
+    return lines
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def _num(x: float) -> str:
+    return "-" if math.isnan(x) else f"{x:.3g}"
+
+
+def _gain(r: Any, i: int) -> str:
+    return f"{r.gain[i]:.2f}x" if r.gain_kind == "factor" else f"{r.gain[i]:+.1f}%"
+
+
+def _clip(text: str, limit: int | None) -> str:
+    text = text.replace("\n", "\\n")
+    if limit is None or len(text) <= limit:
+        return repr(text)
+    return repr(text[:limit]) + f" ... ({len(text) - limit} more characters)"

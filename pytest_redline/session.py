@@ -1,0 +1,220 @@
+"""The gate of one pytest process: what the hooks in plugin.py delegate to.
+
+The same :class:`Gate` runs in a serial session, in an xdist controller and in each
+worker. Workers (and serial sessions) decode; only the controller (or the serial session)
+records outcomes from the reports, decides, prints and writes reports.
+"""
+from __future__ import annotations
+
+import contextlib
+import shutil
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import pytest
+
+from pytest_redline.calibration import Calibration, Level, prepare
+from pytest_redline.decode import Decoder
+from pytest_redline.enginebook import EngineBook
+from pytest_redline.grid import GridError, load_grid
+from pytest_redline.ledger import Ledger
+from pytest_redline.nodes import PromptItem
+from pytest_redline.options import DEFAULT_GRID, GateOptions
+from pytest_redline.store import OutcomeStore, StoreError
+from pytest_redline.verdict import GridVerdict, judge
+
+GRID_SUFFIXES = (".yaml", ".yml")
+PAYLOAD = "redline"  # the one key of the gate in xdist's workerinput and workeroutput
+
+
+class Gate:
+    def __init__(
+        self,
+        options: GateOptions,
+        calibrations: dict[Path, Calibration],
+        engines: EngineBook,
+        store: OutcomeStore,
+        session_id: str,
+        temp_dir: Path | None,
+        progress: Callable[[str], None],
+    ) -> None:
+        self.options, self.engines, self.store = options, engines, store
+        self.session_id, self.temp_dir, self.progress = session_id, temp_dir, progress
+        self._calibrations = calibrations
+        self._decoders: dict[str, Decoder] = {}
+        self.ledger = Ledger(calibrations.values())
+        self.deselected_ids: list[tuple[str, str, str]] = []
+        self.verdicts: list[GridVerdict] = []
+        self.file_notes: list[str] = []
+
+    # ------------------------------------------------------------------ start and stop
+
+    @classmethod
+    def start(cls, config: pytest.Config) -> "Gate":
+        """Resolve options and grids, prepare every grid and open the store: usage errors now."""
+        options = GateOptions.from_config(config)
+        paths = grid_paths(config, options)
+        engines = EngineBook()
+        level = Level(options.alpha, options.delta, len(paths), options.correction, options.deploy)
+        calibrations = {}
+        for path in paths:
+            try:
+                calibrations[path] = prepare(load_grid(path), _label(path, Path(config.rootpath)), level, engines)
+            except GridError as e:
+                raise pytest.UsageError(str(e)) from None
+        shared = getattr(config, "workerinput", {}).get(PAYLOAD)
+        session_id = shared["session"] if shared else uuid.uuid4().hex
+        temp_dir = None
+        if shared and shared["store_dir"]:
+            folder = Path(shared["store_dir"])
+        elif options.no_cache:
+            folder = temp_dir = Path(tempfile.mkdtemp(prefix="redline-no-cache-"))
+        else:
+            folder = options.cache_dir
+        try:
+            store = OutcomeStore.open(folder)
+        except StoreError as e:
+            raise pytest.UsageError(str(e)) from None
+        return cls(options, calibrations, engines, store, session_id, temp_dir, progress_writer(config))
+
+    def worker_input(self) -> dict[str, Any]:
+        """What workers need from the controller: the session id and a --redline-no-cache store."""
+        return {PAYLOAD: {"session": self.session_id, "store_dir": str(self.temp_dir) if self.temp_dir else ""}}
+
+    def close(self) -> None:
+        self.store.close()
+        if self.temp_dir is not None:
+            shutil.rmtree(self.temp_dir, ignore_errors=True)
+
+    # ------------------------------------------------------------------ collection
+
+    def is_grid(self, path: Path) -> bool:
+        return path.resolve() in self._calibrations
+
+    def calibration(self, path: Path) -> Calibration:
+        return self._calibrations[path.resolve()]
+
+    def plan(self, items: Iterable[pytest.Item]) -> None:
+        """The selected items: what the decoders must get."""
+        for item in items:
+            if isinstance(item, PromptItem):
+                self.decoder(item.cal).need(item.config_name, item.index)
+
+    def deselect(self, items: Iterable[pytest.Item]) -> None:
+        ids = [_identity(item) for item in items if isinstance(item, PromptItem)]
+        self.deselected_ids += ids
+        self.ledger.deselect(ids)
+
+    def decoder(self, cal: Calibration) -> Decoder:
+        if cal.label not in self._decoders:
+            self._decoders[cal.label] = Decoder(cal, self.store, self.engines, self.session_id, self.progress)
+        return self._decoders[cal.label]
+
+    # ------------------------------------------------------------------ xdist
+
+    def worker_output(self) -> dict[str, Any]:
+        """The small builtin payload a worker sends to the controller."""
+        return {PAYLOAD: {"deselected": [list(ids) for ids in self.deselected_ids]}}
+
+    def merge_worker_output(self, output: dict[str, Any]) -> None:
+        payload = output.get(PAYLOAD)
+        if payload is not None:  # a crashed worker sends none: its items stay missing
+            self.ledger.deselect(tuple(ids) for ids in payload["deselected"])
+
+    # ------------------------------------------------------------------ verdict
+
+    def finish(self, exitstatus: int) -> int:
+        """Judge every grid, write the report files, and return the session's exit status."""
+        self.verdicts = [judge(self.ledger.grid(cal.label)) for cal in self._calibrations.values()]
+        from pytest_redline import report
+
+        if self.options.report is not None:
+            report.write_json(self.options.report, self.verdicts)
+            self.file_notes.append(f"JSON report: {self.options.report}")
+        if self.options.outcomes is not None:
+            self.file_notes += report.write_outcomes(self.options.outcomes, self.verdicts)
+        if all(v.certified for v in self.verdicts):
+            return exitstatus
+        if exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+            return pytest.ExitCode.TESTS_FAILED
+        return exitstatus
+
+    def summary(self, terminal: Any) -> None:
+        from pytest_redline import report
+
+        verbosity = terminal.config.get_verbosity()
+        for v in self.verdicts:
+            terminal.write_sep("=", f"redline: {v.cal.grid.name} ({v.cal.label})", bold=True)
+            for line in report.grid_lines(v, verbosity):
+                terminal.write_line(line)
+        for note in self.file_notes:
+            terminal.write_line(note)
+        text, ok = report.session_line(self.verdicts)
+        terminal.write_sep("=", text, bold=True, green=ok, red=not ok)
+
+
+def grid_paths(config: pytest.Config, options: GateOptions) -> list[Path]:
+    """The grids to gate, and ``config.args`` pointed at them when no path was given.
+
+    Explicit path arguments are kept, and grid files among them are gated along with the
+    named grids; without path arguments only the named grids (default: redline.yaml at
+    the rootdir) are collected, not ``testpaths``.
+    """
+    here = Path(config.invocation_params.dir)
+    named = [p.resolve() for p in options.grids]
+    if config.args_source == pytest.Config.ArgsSource.ARGS:
+        given = [(here / a.split("::")[0]).resolve() for a in config.args]
+        paths = _unique([p for p in given if p.suffix in GRID_SUFFIXES] + named)
+        if not paths:
+            raise pytest.UsageError(
+                "--redline-alpha: no grid file to gate; name one with --redline-grid PATH or as a path argument"
+            )
+        config.args += [str(p) for p in named if p not in given]
+        return paths
+    if not named:
+        default = (Path(config.rootpath) / DEFAULT_GRID).resolve()
+        if not default.is_file():
+            raise pytest.UsageError(f"--redline-alpha: no grid file: {default} does not exist; pass --redline-grid PATH")
+        named = [default]
+    paths = _unique(named)
+    config.args[:] = [str(p) for p in paths]
+    return paths
+
+
+def progress_writer(config: pytest.Config) -> Callable[[str], None]:
+    """Progress lines that show while an item runs, even under -q or output capture.
+
+    A serial session writes through the terminal reporter; an xdist worker writes to its
+    stderr, which is the controller's terminal.
+    """
+    worker = getattr(config, "workerinput", {}).get("workerid")
+
+    def write(line: str) -> None:
+        capture = config.pluginmanager.get_plugin("capturemanager")
+        with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
+            terminal = config.pluginmanager.get_plugin("terminalreporter")
+            if worker is None and terminal is not None:
+                terminal.write_line(line)
+            else:
+                sys.stderr.write(f"[{worker}] {line}\n")
+                sys.stderr.flush()
+
+    return write
+
+
+def _unique(paths: list[Path]) -> list[Path]:
+    return list(dict.fromkeys(paths))
+
+
+def _label(path: Path, root: Path) -> str:
+    try:
+        return path.relative_to(root.resolve()).as_posix()
+    except ValueError:
+        return path.as_posix()
+
+
+def _identity(item: PromptItem) -> tuple[str, str, str]:
+    return (item.cal.label, item.config_name, item.name)
