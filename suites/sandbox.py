@@ -72,6 +72,11 @@ with open("tests.py", encoding="utf-8") as f:
 namespace = {"__name__": "__main__", "__builtins__": __builtins__}
 exec(program, namespace)
 exec(tests, namespace)
+for stream in (sys.stdout, sys.stderr):
+    try:
+        stream.flush()
+    except Exception:
+        pass
 os.write(int(fd), token.encode())
 os._exit(0)
 """
