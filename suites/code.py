@@ -117,14 +117,19 @@ class _Executed:
         return self.score_many([prompt], [text], workers=1)[0]
 
 
-def _execution_args(suite: str, timeout: float, workers: int | None, python: str | None) -> tuple[Limits, int | None, str | None]:
+def _limits(suite: str, timeout: Any) -> Limits:
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
         raise ValueError(f"suite {suite!r}: suite_args.timeout: expected CPU seconds > 0, got {timeout!r}")
+    return Limits(cpu_seconds=timeout)
+
+
+def _runner(suite: str, workers: Any, python: Any) -> tuple[int | None, str | None]:
+    """The checked ``workers`` and ``python`` suite_args."""
     if workers is not None:
         check_int(workers, "workers", suite, 1)
     if python is not None and not isinstance(python, str):
         raise ValueError(f"suite {suite!r}: suite_args.python: expected a path to a Python interpreter, got {python!r}")
-    return Limits(cpu_seconds=timeout), workers, python
+    return workers, python
 
 
 class HumanEval(_Executed):
@@ -136,7 +141,7 @@ class HumanEval(_Executed):
                  ids: Sequence[str | int] | None = None, timeout: float = 10.0, workers: int | None = None,
                  python: str | None = None, **unknown: Any):
         reject_unknown(self.name, unknown, _SUITE_ARGS)
-        self.limits, self.workers, self.python = _execution_args(self.name, timeout, workers, python)
+        self.limits, (self.workers, self.python) = _limits(self.name, timeout), _runner(self.name, workers, python)
         prompts = [self._prompt(record) for record in read_records(data_path(path, "HumanEval.jsonl.gz"))]
         self._prompts = select(prompts, self.name, seed=seed, count=count, ids=ids)
 
@@ -166,7 +171,7 @@ class MBPP(_Executed):
                  seed: int | None = None, count: int | None = None, ids: Sequence[str | int] | None = None,
                  timeout: float = 10.0, workers: int | None = None, python: str | None = None, **unknown: Any):
         reject_unknown(self.name, unknown, _SUITE_ARGS + ("split", "sanitized", "few_shot"))
-        self.limits, self.workers, self.python = _execution_args(self.name, timeout, workers, python)
+        self.limits, (self.workers, self.python) = _limits(self.name, timeout), _runner(self.name, workers, python)
         if split not in MBPP_SPLITS:
             raise ValueError(f"suite {self.name!r}: suite_args.split: expected one of {sorted(MBPP_SPLITS)}, got {split!r}")
         if not isinstance(sanitized, bool):
@@ -175,8 +180,7 @@ class MBPP(_Executed):
         default = "sanitized-mbpp.json" if sanitized else "mbpp.jsonl"
         tasks = [_mbpp_task(record) for record in read_records(data_path(path, default))]
         low, high = MBPP_SPLITS[split]
-        examples = {t["task_id"]: t for t in map(_mbpp_task, read_records(data_path(None, "mbpp.jsonl")))}
-        shots = "".join(_mbpp_head(examples[i]) + f"[BEGIN]\n{examples[i]['code']}\n[DONE]\n" for i in MBPP_EXAMPLES[:few_shot])
+        shots = _mbpp_examples(few_shot)
         prompts = [self._prompt(task, shots) for task in tasks if low <= task["task_id"] <= high]
         self._prompts = select(prompts, self.name, seed=seed, count=count, ids=ids)
 
@@ -207,6 +211,14 @@ def _mbpp_task(record: Record) -> dict[str, Any]:
     }
 
 
+def _mbpp_examples(few_shot: int) -> str:
+    """The first ``few_shot`` solved examples of Austin et al. (tasks 2, 3, 4 of the full file)."""
+    if few_shot == 0:
+        return ""
+    tasks = {t["task_id"]: t for t in map(_mbpp_task, read_records(data_path(None, "mbpp.jsonl")))}
+    return "".join(_mbpp_head(tasks[i]) + f"[BEGIN]\n{tasks[i]['code']}\n[DONE]\n" for i in MBPP_EXAMPLES[:few_shot])
+
+
 def _mbpp_head(task: dict[str, Any]) -> str:
     tests = "\n".join(task["test_list"])
     return f"You are an expert Python programmer, and here is your task: {task['text']} Your code should pass these tests:\n\n{tests}\n"
@@ -228,7 +240,6 @@ def CodeSuite(*, humaneval: dict[str, Any] | None = None, mbpp: dict[str, Any] |
         for key in ("workers", "python"):
             if key in given:
                 raise ValueError(f"suite 'code': suite_args.{part}.{key}: give {key} at the top level of code's suite_args")
-    _, workers, python = _execution_args("code", 1.0, workers, python)
     suite = _CodeUnion("code", [HumanEval(**args["humaneval"]), MBPP(**args["mbpp"])], seed=seed, count=count, ids=ids)
-    suite.workers, suite.python = workers, python
+    suite.workers, suite.python = _runner("code", workers, python)
     return suite

@@ -125,7 +125,8 @@ class Result:
 
 
 def run(program: Program, python: str | None = None) -> Result:
-    """Run one program in the sandbox. Never raises for anything the program does."""
+    """Run one program in the sandbox. Never raises for anything the program does; raises
+    RuntimeError when no interpreter can be started at all."""
     if os.geteuid() != 0:
         return _run_as(program, python or sys.executable, uid=None)
     with _Slot() as uid:
@@ -170,8 +171,8 @@ def _run_as(program: Program, python: str, uid: int | None) -> Result:
             child = subprocess.Popen(argv, cwd=workdir, env=_environment(workdir), stdin=subprocess.DEVNULL,
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, pass_fds=(write_end,),
                                      start_new_session=True, **drop)
-        except OSError as error:
-            return Result(False, f"could not start {python}: {error}", "", time.monotonic() - start)
+        except OSError as error:  # the harness's environment, not the program: say so loudly
+            raise RuntimeError(f"sandbox: could not start {python}: {error}") from error
         os.close(write_end)
         write_end = -1
         try:
