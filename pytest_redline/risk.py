@@ -11,7 +11,8 @@ correctly; one row is the reference (the lossless config). For each config lambd
   risk at most alpha;
 - the deployed config has the best cost among the valid configs and the reference.
 
-numpy and scipy only: this module never imports torch or pytest.
+numpy and ``scipy.special`` only: this module never imports torch or pytest, nor
+``scipy.stats`` (whose import breaks when torch is blocked with ``sys.modules["torch"] = None``).
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
-from scipy import special, stats
+from scipy import special
 
 __all__ = [
     "ConfidenceInterval",
@@ -46,9 +47,9 @@ __all__ = [
 #: The alpha grid of alpha_min: 0.01, 0.02, ..., 0.30.
 DEFAULT_ALPHAS = tuple(round(0.01 * i, 2) for i in range(1, 31))
 
-# Below this, binom_logpvalue leaves scipy's cdf (relative accuracy near machine epsilon
-# down to here) for an explicit log-space sum of the lower tail.
-_TINY = 1e-280
+# Below this, binom_logpvalue leaves the incomplete beta (relative accuracy near machine
+# epsilon down to here) for an explicit log-space sum of the lower tail.
+_TINY = 1e-300
 
 CORRECTIONS = ("holm", "bonferroni")
 FAMILIES = ("all", "candidates")
@@ -147,8 +148,7 @@ def _log_lower_tail(v: int, n: int, alpha: float) -> float:
 
     Terms fall geometrically below v when v is under the mean, so the sum
     ``pmf(v) * (1 + r_v + r_v r_{v-1} + ...)``, ``r_k = pmf(k-1)/pmf(k)``, is cut once a
-    term is below 1e-20 of the first. Its relative error is that of ``binom.logpmf``
-    (a few ulps of log Gamma(n + 1)).
+    term is below 1e-20 of the first.
     """
     window = 64
     while True:
@@ -158,13 +158,20 @@ def _log_lower_tail(v: int, n: int, alpha: float) -> float:
         if v - window < 0 or log_terms[-1] < -46.0:  # reached k = 0, or the rest is < 1e-20
             break
         window *= 4
-    return float(stats.binom.logpmf(v, n, alpha) + special.logsumexp(log_terms))
+    top = log_terms.max()
+    log_sum = top + math.log(np.exp(log_terms - top).sum())
+    return _binom_logpmf(v, n, alpha) + log_sum
+
+
+def _binom_logpmf(k: int, n: int, p: float) -> float:
+    log_choose = special.gammaln(n + 1) - special.gammaln(k + 1) - special.gammaln(n - k + 1)
+    return float(log_choose + special.xlogy(k, p) + special.xlog1py(n - k, -p))
 
 
 def _logcdf(v: np.ndarray, n: int, alpha: np.ndarray) -> np.ndarray:
     """Unchecked, broadcasting log P[Bin(n, alpha) <= v]."""
     v, alpha = np.broadcast_arrays(v, alpha)
-    p = stats.binom.cdf(v, n, alpha)
+    p = _pvalue(v, n, alpha)
     with np.errstate(divide="ignore"):
         out = np.log(np.atleast_1d(p))
     tiny = np.flatnonzero(np.atleast_1d(p) < _TINY)
@@ -173,18 +180,25 @@ def _logcdf(v: np.ndarray, n: int, alpha: np.ndarray) -> np.ndarray:
     return out.reshape(p.shape)
 
 
-def _pvalue(v: np.ndarray, n: int, alpha: np.ndarray) -> np.ndarray:
-    """Unchecked, broadcasting P[Bin(n, alpha) <= v] (scipy's incomplete beta)."""
-    return stats.binom.cdf(v, n, alpha)
+def _pvalue(v: Any, n: Any, alpha: Any) -> np.ndarray:
+    """Unchecked, broadcasting P[Bin(n, alpha) <= v] = 1 - I_alpha(v + 1, n - v).
+
+    The complemented incomplete beta keeps its relative accuracy (about 1e-16) in the far
+    lower tail, where ``scipy.stats.binom.cdf`` loses digits near 1e-290.
+    """
+    v, n = np.asarray(v), np.asarray(n)
+    below = v < n
+    tail = special.betaincc(v + 1, np.where(below, n - v, 1), alpha)
+    return np.where(below, tail, 1.0)
 
 
 def binom_pvalue(v: Any, n: int, alpha: float) -> float | np.ndarray:
     """The exact p-value ``P[Bin(n, alpha) <= v]`` of the null "risk > alpha".
 
-    Computed by scipy's regularized incomplete beta ``I_{1-alpha}(n - v, v + 1)`` (Boost),
-    which keeps its relative accuracy in the far lower tail down to the smallest normal
-    double (about 1e-308); below that the float is 0.0, which is the correctly rounded
-    value. Use :func:`binom_logpvalue` for the logarithm far beyond that. It equals
+    Computed as the complemented regularized incomplete beta ``1 - I_alpha(v + 1, n - v)``
+    (``scipy.special.betaincc``, Boost), which keeps a relative accuracy near 1e-16 in the
+    far lower tail down to the smallest normal double (about 1e-308); below that the float
+    is 0.0, the correctly rounded value. Use :func:`binom_logpvalue` for the logarithm far beyond that. It equals
     ``scipy.stats.binomtest(v, n, alpha, alternative="less").pvalue``.
 
     Parameters
@@ -209,8 +223,9 @@ def binom_pvalue(v: Any, n: int, alpha: float) -> float | np.ndarray:
 def binom_logpvalue(v: Any, n: int, alpha: float) -> float | np.ndarray:
     """``log P[Bin(n, alpha) <= v]``, accurate where the p-value underflows a double.
 
-    Where the p-value is above 1e-280 this is ``log`` of :func:`binom_pvalue`; below, the
-    lower tail is summed in log space (scipy's ``binom.logcdf`` returns -inf there). For
+    Where the p-value is above 1e-300 this is ``log`` of :func:`binom_pvalue`; below, the
+    lower tail is summed in log space (scipy's ``binom.logcdf`` returns -inf there).
+    The log-space sum's relative error is that of log Gamma(n + 1), about 1e-16 * log(n!). For
     example ``binom_logpvalue(0, 100_000, 0.3) == 100_000 * log(0.7) = -35667.49...``.
     """
     n = _positive_int("n", n)
@@ -311,14 +326,14 @@ class ConfidenceInterval:
 
 
 def _cp_upper(v: np.ndarray, n: int, level: float) -> np.ndarray:
-    with np.errstate(invalid="ignore"):
-        upper = stats.beta.ppf(level, v + 1, n - v)
+    """The ``level`` quantile of Beta(v + 1, n - v); 1 when v = n."""
+    upper = special.betaincinv(v + 1, np.maximum(n - v, 1), level)
     return np.where(v >= n, 1.0, upper)
 
 
 def _cp_lower(v: np.ndarray, n: int, level: float) -> np.ndarray:
-    with np.errstate(invalid="ignore"):
-        lower = stats.beta.ppf(1.0 - level, v, n - v + 1)
+    """The ``1 - level`` quantile of Beta(v, n - v + 1); 0 when v = 0."""
+    lower = special.betaincinv(np.maximum(v, 1), n - v + 1, 1.0 - level)
     return np.where(v <= 0, 0.0, lower)
 
 
@@ -351,14 +366,19 @@ def clopper_pearson_interval(v: Any, n: int, confidence: float = 0.95) -> Confid
 
 
 def _critical(n: np.ndarray, alpha: float, level: float) -> np.ndarray:
-    """Vectorized critical count: the largest V with P[Bin(n, alpha) <= V] <= level, or -1."""
-    k = np.asarray(stats.binom.ppf(level, n, alpha), dtype=np.int64)  # smallest k with cdf >= level
-    # ppf works in floating point: settle the boundary exactly against the cdf itself.
-    for _ in range(2):
-        k = np.where((k >= 0) & (stats.binom.cdf(k, n, alpha) > level), k - 1, k)
-    for _ in range(2):
-        k = np.where((k < n) & (stats.binom.cdf(k + 1, n, alpha) <= level), k + 1, k)
-    return k
+    """Vectorized critical count: the largest V with P[Bin(n, alpha) <= V] <= level, or -1.
+
+    A bisection on the p-value itself (monotone in V), so the boundary is decided by the
+    same function that decides the test.
+    """
+    n = np.asarray(n, dtype=np.int64)
+    lo = np.full(n.shape, -1, dtype=np.int64)  # passes (by convention)
+    hi = n.copy()  # fails: P[Bin <= n] = 1 > level
+    while np.any(hi - lo > 1):
+        mid = (lo + hi) // 2
+        passes = _pvalue(mid, n, alpha) <= level
+        lo, hi = np.where(passes, mid, lo), np.where(passes, hi, mid)
+    return lo
 
 
 def critical_count(n: int, alpha: float, level: float) -> int:
@@ -377,7 +397,7 @@ def critical_count(n: int, alpha: float, level: float) -> int:
 
 def _power(n: np.ndarray, alpha: float, true_risk: float, level: float) -> np.ndarray:
     k = _critical(n, alpha, level)
-    return np.where(k < 0, 0.0, stats.binom.cdf(k, n, true_risk))
+    return np.where(k < 0, 0.0, _pvalue(np.maximum(k, 0), n, true_risk))
 
 
 def power(n: Any, alpha: float, true_risk: float, level: float) -> float | np.ndarray:
@@ -429,7 +449,7 @@ def prompts_needed(alpha: float, true_risk: float, m: int, delta: float = 0.10, 
     delta = _open_unit("delta", delta)
     target = _open_unit("power", power)
     level = delta / m
-    z = stats.norm.ppf(1.0 - level) * math.sqrt(alpha * (1 - alpha)) + stats.norm.ppf(target) * math.sqrt(
+    z = special.ndtri(1.0 - level) * math.sqrt(alpha * (1 - alpha)) + special.ndtri(target) * math.sqrt(
         true_risk * (1 - true_risk)
     )
     hi = max(64, int(2 * (z / (alpha - true_risk)) ** 2) + 64)
