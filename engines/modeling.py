@@ -1,0 +1,163 @@
+"""Model plumbing shared by the engines and the training script.
+
+- block-causal 4-D additive attention masks (decoding, and the two-copy training layout);
+- position ids for left-padded batches;
+- building a small stock ``LlamaForCausalLM`` and loading model + tokenizer from a local folder,
+  offline, through the Auto classes;
+- device / dtype selection (CUDA + bf16 when available, else CPU float32);
+- the fingerprint of a checkpoint (sha256 of its weight files).
+
+Conventions for block-diffusion models here: blocks are counted from position 0 of each row's
+first real token (``block(p) = p // block_size``); logits at position ``i`` predict the token at
+position ``i`` (no shift), as in SDAR and LLaDA.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+EMBEDDED_MODEL = Path(__file__).resolve().parent / "models" / "bd-tiny"
+WEIGHT_SUFFIXES = (".safetensors", ".bin")
+
+
+# ---------------------------------------------------------------------------------------------
+# Masks and positions
+
+
+def block_causal_mask(
+    q_pos: torch.Tensor,
+    k_pos: torch.Tensor,
+    block_size: int,
+    dtype: torch.dtype,
+    k_valid: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """The additive mask ``(batch, 1, q_len, k_len)``: 0 where a query may attend, finfo.min elsewhere.
+
+    ``q_pos`` (batch, q_len) and ``k_pos`` (batch, k_len) are absolute positions (keys: the cache,
+    then the input). A query attends a key iff ``block(key) <= block(query)`` and the key is valid
+    (``k_valid``, False for left padding). A query whose row would be fully blocked (a padding
+    query) attends the invalid keys instead, so no row is ever empty.
+    """
+    allowed = (k_pos[:, None, :] // block_size) <= (q_pos[:, :, None] // block_size)
+    if k_valid is not None:
+        allowed = allowed & k_valid[:, None, :]
+        empty = ~allowed.any(dim=-1, keepdim=True)
+        allowed = allowed | (empty & ~k_valid[:, None, :])
+    mask = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device)
+    mask.masked_fill_(~allowed, torch.finfo(dtype).min)
+    return mask[:, None]
+
+
+def two_copy_mask(length: int, block_size: int, dtype: torch.dtype) -> torch.Tensor:
+    """The training mask over ``[noised (L) | clean (L)]``, shape ``(1, 1, 2L, 2L)``.
+
+    Noised block k attends itself (bidirectionally) and the clean blocks before k; clean tokens
+    attend clean tokens block-causally. Per block this equals "prefix clean, block noised, suffix
+    absent" (the BD3-LM / SDAR objective), for every block of the sequence at once.
+    """
+    block = torch.arange(length) // block_size
+    noised_to_noised = block[:, None] == block[None, :]
+    noised_to_clean = block[None, :] < block[:, None]
+    clean_to_clean = block[None, :] <= block[:, None]
+    top = torch.cat([noised_to_noised, noised_to_clean], dim=1)
+    bottom = torch.cat([torch.zeros_like(clean_to_clean), clean_to_clean], dim=1)
+    allowed = torch.cat([top, bottom], dim=0)
+    mask = torch.zeros(allowed.shape, dtype=dtype)
+    mask.masked_fill_(~allowed, torch.finfo(dtype).min)
+    return mask[None, None]
+
+
+def left_pad_positions(valid: torch.Tensor) -> torch.Tensor:
+    """Position ids for a left-padded batch: each row counts from 0 at its first real token."""
+    return (valid.long().cumsum(dim=-1) - 1).clamp(min=0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Building, loading, fingerprinting
+
+
+@dataclass
+class ModelConfig:
+    vocab_size: int = 96  # the tokenizer's 83 ids, padded to a multiple of 32
+    hidden_size: int = 128
+    num_layers: int = 6
+    num_heads: int = 4
+    intermediate_size: int = 512
+    max_positions: int = 256
+    rope_theta: float = 10000.0
+
+
+def build_model(cfg: ModelConfig, tokenizer) -> LlamaForCausalLM:
+    """A fresh stock Llama whose config records the tokenizer's special ids."""
+    config = LlamaConfig(
+        vocab_size=cfg.vocab_size,
+        hidden_size=cfg.hidden_size,
+        num_hidden_layers=cfg.num_layers,
+        num_attention_heads=cfg.num_heads,
+        num_key_value_heads=cfg.num_heads,
+        intermediate_size=cfg.intermediate_size,
+        max_position_embeddings=cfg.max_positions,
+        rope_theta=cfg.rope_theta,
+        tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        mask_token_id=tokenizer.mask_token_id,
+        attn_implementation="sdpa",
+    )
+    return LlamaForCausalLM(config)
+
+
+def select_device(device: str = "auto") -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def select_dtype(dtype: str | torch.dtype = "auto", device: torch.device | None = None) -> torch.dtype:
+    """``auto``: bfloat16 on CUDA, float32 elsewhere; otherwise a torch dtype name."""
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype == "auto":
+        return torch.bfloat16 if device is not None and device.type == "cuda" else torch.float32
+    value = getattr(torch, str(dtype), None)
+    if not isinstance(value, torch.dtype) or not value.is_floating_point:
+        raise ValueError(f"engine_args.dtype: expected auto, float32, float64, bfloat16 or float16, got {dtype!r}")
+    return value
+
+
+def load(path: str | Path, device: str = "auto", dtype: str | torch.dtype = "auto", trust_remote_code: bool = False):
+    """Model (eval mode) and tokenizer from a local folder, offline; returns ``(model, tokenizer)``."""
+    folder = Path(path)
+    if not (folder / "config.json").is_file():
+        raise FileNotFoundError(f"engine_args.model: expected a save_pretrained folder with config.json, got {str(folder)!r}")
+    dev = select_device(device)
+    dt = select_dtype(dtype, dev)
+    tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True, trust_remote_code=trust_remote_code)
+    model = AutoModelForCausalLM.from_pretrained(
+        folder,
+        local_files_only=True,
+        trust_remote_code=trust_remote_code,
+        dtype=dt,
+        attn_implementation="sdpa",
+    )
+    return model.to(dev).eval(), tokenizer
+
+
+def fingerprint(path: str | Path) -> str:
+    """sha256 over the weight files of a checkpoint folder (names and contents, sorted by name)."""
+    folder = Path(path)
+    files = sorted(p for p in folder.iterdir() if p.suffix in WEIGHT_SUFFIXES and p.is_file())
+    if not files:
+        raise FileNotFoundError(f"{folder}: no weight files ({', '.join(WEIGHT_SUFFIXES)})")
+    digest = hashlib.sha256()
+    for file in files:
+        digest.update(file.name.encode())
+        with open(file, "rb") as handle:
+            for chunk in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(chunk)
+    return digest.hexdigest()
