@@ -253,8 +253,8 @@ def calibration_sizes(n: int, sizes: Sequence[int | str] = VALIDITY_SIZES) -> tu
     kept = tuple(sorted(s for s in values if MIN_PART <= s <= n - MIN_PART))
     if not kept:
         raise ValueError(
-            f"sizes ({list(sizes)!r}): no calibration size in [{MIN_PART}, n - {MIN_PART}] = "
-            f"[{MIN_PART}, {n - MIN_PART}] for n = {n} prompts."
+            f"sizes ({list(sizes)!r}): no calibration size in [{MIN_PART}, {n - MIN_PART}] "
+            f"(at least {MIN_PART} prompts on each side of n = {n})."
         )
     return kept
 
@@ -799,7 +799,10 @@ def validity(
     Configs are ranked by full-sample cost. Cost: one matrix product per size, and the
     certification of K splits x len(alphas) budgets as array operations.
     """
-    grid_sizes = calibration_sizes(grid.n, sizes)
+    try:
+        grid_sizes = calibration_sizes(grid.n, sizes)
+    except ValueError as e:
+        raise ValueError(f"{grid.label}: {e}") from None
     a = np.asarray(alphas, dtype=float)
     perms = validity_permutations(grid.n, splits)
     pooled = grid.joint.sum(axis=1) / grid.n
@@ -813,7 +816,7 @@ def validity(
         deployed = _deploy(valid, score, grid.reference)  # (A, K)
         fwer[s] = np.any(valid & over, axis=-1).mean(axis=-1)
         fwer_pooled[s] = np.any(valid & (pooled > a[:, None, None]), axis=-1).mean(axis=-1)
-        coverage[s] = 1.0 - _pick(over, deployed).mean(axis=-1)
+        coverage[s] = np.mean(~_pick(over, deployed), axis=-1)
     return ValidityResult(grid.label, grid.n, grid.m, procedure.delta, splits, grid_sizes, a, fwer, fwer_pooled, coverage)
 
 
