@@ -92,10 +92,11 @@ def test_pass_all_reference_solutions_mbpp():
     assert [(p.id, r.reason, r.output[-300:]) for p, r in zip(prompts, results) if not r.passed] == []
 
 
-def test_pass_all_reference_solutions_sanitized_mbpp():
-    suite = MBPP(split="all", sanitized=True)
+def test_pass_reference_solutions_sanitized_mbpp():
+    # The sanitized file's own fields (prompt, test_imports); a seeded sample keeps this quick.
+    suite = MBPP(split="all", sanitized=True, count=60, seed=1)
     prompts = suite.prompts()
-    assert len(prompts) == 427
+    assert any(p.meta["setup"] for p in prompts)  # some need their test_imports
     results = suite.execute(prompts, [p.meta["code"] for p in prompts])
     assert [(p.id, r.reason) for p, r in zip(prompts, results) if not r.passed] == []
 
