@@ -750,9 +750,11 @@ def certify(
           Its violation count is 0 by construction, so its p-value is ``(1 - alpha)^n``,
           the smallest of all; it takes Holm's first step at ``delta / m`` and the
           candidates step from ``delta / (m - 1)`` on. This reproduces the published numbers.
-        - ``"candidates"``: only the m - 1 other configs are tested (K = m - 1), so each
-          threshold is at least as large: more powerful, same guarantee. The reference
-          gets NaN p-values and ``valid = False``.
+        - ``"candidates"``: only the m - 1 other configs are tested (K = m - 1), so the
+          candidates' thresholds start at ``delta / (m - 1)`` whatever the reference's
+          p-value: never less powerful, same guarantee. The two agree whenever
+          ``(1 - alpha)^n <= delta / m``; "candidates" certifies more only with very few
+          prompts. The reference gets NaN p-values and ``valid = False``.
     eligible : bool array (m,), optional
         Configs that may be deployed (default all). The reference is always eligible.
 
