@@ -221,7 +221,8 @@ def _mbpp_examples(few_shot: int) -> str:
 
 def _mbpp_head(task: dict[str, Any]) -> str:
     tests = "\n".join(task["test_list"])
-    return f"You are an expert Python programmer, and here is your task: {task['text']} Your code should pass these tests:\n\n{tests}\n"
+    return (f"You are an expert Python programmer, and here is your task: {task['text']} "
+            f"Your code should pass these tests:\n\n{tests}\n")
 
 
 class _CodeUnion(_Executed, Union):

@@ -115,6 +115,16 @@ class Program:
     tests: str = ""
     limits: Limits = field(default_factory=Limits)
 
+    def __post_init__(self) -> None:
+        for name in ("code", "tests"):
+            value = getattr(self, name)
+            if not isinstance(value, str):
+                raise TypeError(f"Program.{name}: expected str, got {type(value).__name__}")
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as error:  # e.g. a lone surrogate from a broken decode
+                raise ValueError(f"Program.{name}: not valid Unicode ({error.reason} at {error.start})") from None
+
 
 @dataclass(frozen=True)
 class Result:
@@ -267,7 +277,8 @@ def _exit_reason(returncode: int) -> str:
 
 def _environment(workdir: Path) -> dict[str, str]:
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(workdir), "TMPDIR": str(workdir), "LANG": "C.UTF-8",
-           "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONSAFEPATH": "1", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+           "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONSAFEPATH": "1",
+           "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
     for name in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):  # some CPUs need them for OpenBLAS
         if name in os.environ:
             env[name] = os.environ[name]

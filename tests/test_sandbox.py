@@ -127,7 +127,8 @@ def test_bound_limits_sandbox():
 
 @root_only
 def test_unprivileged_uid_sandbox():
-    tests = f"import os\nassert os.getuid() >= {SLOT_UID_BASE} and os.getgid() >= {SLOT_UID_BASE}\nassert os.getgroups() in ([], [os.getgid()])\n"
+    tests = (f"import os\nassert os.getuid() >= {SLOT_UID_BASE} and os.getgid() >= {SLOT_UID_BASE}\n"
+             "assert os.getgroups() in ([], [os.getgid()])\n")
     result = run(Program("", tests))
     assert result.passed, result
 
@@ -162,7 +163,7 @@ def test_isolated_fork_bomb_from_neighbours_sandbox():
 
 
 def test_equivalent_run_many_run_sandbox():
-    programs = [Program(f"x = {i}\n", f"assert x % 3 != 0\n") for i in range(8)]
+    programs = [Program(f"x = {i}\n", "assert x % 3 != 0\n") for i in range(8)]
     assert [r.passed for r in run_many(programs, workers=2)] == [run(p).passed for p in programs]
 
 
@@ -170,3 +171,10 @@ def test_equivalent_run_many_run_sandbox():
 def test_rejected_bad_limits_sandbox(field, value):
     with pytest.raises(ValueError, match=f"Limits.{field}: expected a number > 0, got {value!r}"):
         Limits(**{field: value})
+
+
+def test_rejected_non_unicode_program_sandbox():
+    with pytest.raises(ValueError, match="Program.code: not valid Unicode"):
+        Program("x = '\ud800'\n")
+    with pytest.raises(TypeError, match="Program.tests: expected str, got bytes"):
+        Program("", b"assert True")

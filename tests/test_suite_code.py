@@ -59,7 +59,8 @@ def _forms(prompt):
 
 @pytest.mark.parametrize("form", list(_forms(HUMANEVAL.prompts()[0])))
 def test_pass_every_completion_form_humaneval(form):
-    prompts = [p for p in HUMANEVAL.prompts() if p.id in ("humaneval/HumanEval-0", "humaneval/HumanEval-10", "humaneval/HumanEval-38")]
+    wanted = ("humaneval/HumanEval-0", "humaneval/HumanEval-10", "humaneval/HumanEval-38")
+    prompts = [p for p in HUMANEVAL.prompts() if p.id in wanted]
     texts = [_forms(p)[form] for p in prompts]
     assert HUMANEVAL.score_many(prompts, texts) == [True] * 3
 
@@ -140,7 +141,8 @@ def test_forms_few_shot_prompt_mbpp():
 
 
 @pytest.mark.parametrize("args, message", [
-    ({"split": "dev"}, r"suite 'mbpp': suite_args.split: expected one of \['all', 'prompt', 'test', 'train', 'validation'\], got 'dev'"),
+    ({"split": "dev"}, r"suite 'mbpp': suite_args.split: expected one of \['all', 'prompt', 'test', 'train', 'validation'\], "
+                       r"got 'dev'"),
     ({"sanitized": "yes"}, r"suite 'mbpp': suite_args.sanitized: expected true or false, got 'yes'"),
     ({"timeout": 0}, r"suite 'mbpp': suite_args.timeout: expected CPU seconds > 0, got 0"),
     ({"workers": 0}, r"suite 'mbpp': suite_args.workers: expected an int >= 1, got 0"),
@@ -158,7 +160,8 @@ def test_user_file_same_fields_code(tmp_path):
                                 "task_id": 42, "test_setup_code": "", "test_list": ["assert double(2) == 4"]}) + "\n")
     suite = MBPP(path=str(mine))
     prompt = suite.prompts()[0]
-    assert prompt.id == "mbpp/42" and suite.score(prompt, prompt.meta["code"]) and not suite.score(prompt, "def double(x): return x")
+    assert prompt.id == "mbpp/42" and suite.score(prompt, prompt.meta["code"])
+    assert not suite.score(prompt, "def double(x): return x")
     broken = tmp_path / "broken.jsonl"
     broken.write_text(json.dumps({"text": "t", "code": "c", "task_id": "42", "test_list": []}) + "\n")
     with pytest.raises(ValueError, match=r"broken.jsonl:1: key 'task_id': expected int, got '42'"):
@@ -168,7 +171,7 @@ def test_user_file_same_fields_code(tmp_path):
 # --- both ----------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("text", [None, b"def f(): pass", 17, "", "```", "```python\n", "\x00\x01", "def (:", "[DONE]"])
+@pytest.mark.parametrize("text", [None, b"def f(): pass", 17, "", "```", "```python\n", "\x00\x01", "def (:", "[DONE]", "\ud800"])
 def test_wrong_malformed_output_code(text):
     assert HUMANEVAL.score(HUMANEVAL.prompts()[0], text) is False
     assert MBPP_ALL.score(MBPP_ALL.prompts()[0], text) is False
