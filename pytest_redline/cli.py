@@ -6,7 +6,8 @@
     redline sample-size --alpha A --risk R --configs M [--delta D] [--power P] [--json]
 
 Each subcommand is a pair: ``add_<name>(subparsers)`` declares its parser and sets
-``run=<function(args) -> int>``; list it in ``SUBCOMMANDS``. Commands on recorded outcomes
+``run=<function(args) -> int>``; list it in ``SUBCOMMANDS``. The analyses (sweep,
+heldout, baselines, validity, intervals) are declared in :mod:`pytest_redline.cli_analyses`. Commands on recorded outcomes
 declare the shared options with :func:`add_outcome_arguments` and load them with
 :func:`load_outcomes`. Bad input is one line on stderr and exit status 2, never a traceback.
 """
@@ -19,6 +20,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import numpy as np
+
+from pytest_redline.cli_analyses import add_subcommands as add_analyses
 
 EXIT_OK = 0
 EXIT_USAGE = 2
@@ -207,8 +210,8 @@ def run_sample_size(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------------- entry point
 
-#: Each adds one subcommand; analyses add theirs here.
-SUBCOMMANDS: list[Callable[[Any], None]] = [add_select, add_sample_size]
+#: Each declares subcommands on the subparsers (the analyses live in cli_analyses.py).
+SUBCOMMANDS: list[Callable[[Any], None]] = [add_select, add_sample_size, add_analyses]
 
 
 def build_parser() -> argparse.ArgumentParser:
