@@ -61,8 +61,11 @@ def baselines_plot(result: Any, path: str | os.PathLike) -> None:
     ax = fig.subplots()
     curve = result.mean_accuracy()
     ax.plot([r.mean_gain for r in curve], [r.exceedance for r in curve], "o-", color="tab:gray", label="mean-accuracy rule (t points)")
+    labels: dict[tuple[float, float], list[str]] = {}  # tolerances that land on the same point share a label
     for r, t in zip(curve, result.tolerances):
-        ax.annotate(f"{t:g}", (r.mean_gain, r.exceedance), textcoords="offset points", xytext=(3, 4), fontsize=7)
+        labels.setdefault((r.mean_gain, r.exceedance), []).append(f"{t:g}")
+    for point, names in labels.items():
+        ax.annotate(",".join(names), point, textcoords="offset points", xytext=(3, 4), fontsize=7)
     markers = [("redline", "*", "tab:red", 14, "Redline"), (PLUG_IN, "s", "tab:blue", 7, "plug-in (risk <= alpha)"),
                (UNCORRECTED, "^", "tab:orange", 8, "Redline without correction")]
     for name, marker, color, size, label in markers:
