@@ -154,9 +154,10 @@ def run_select(args: argparse.Namespace) -> int:
     from pytest_redline import risk
 
     data = load_outcomes(args)
-    correct = data.table.correct
-    result = risk.certify(correct, data.cost, data.reference, args.alpha, args.delta, **data.options(args))
-    amin = risk.alpha_min(correct, data.cost, data.reference, args.delta, **data.options(args))
+    # One sweep: the chosen budget first, then the alpha_min grid.
+    alphas = (args.alpha,) + risk.DEFAULT_ALPHAS
+    result, *grid = risk.sweep(data.table.correct, data.cost, data.reference, alphas, args.delta, **data.options(args))
+    amin = risk.alpha_min_of(grid)
     if args.json:
         print_json({**result.to_dict(alpha_min=amin), "cost": data.cost_kind})
     else:

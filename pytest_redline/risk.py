@@ -29,6 +29,7 @@ __all__ = [
     "RedlineResult",
     "DEFAULT_ALPHAS",
     "alpha_min",
+    "alpha_min_of",
     "binom_logpvalue",
     "binom_pvalue",
     "bonferroni",
@@ -140,7 +141,7 @@ def violations(correct: Any, reference: int) -> np.ndarray:
     ref = operator.index(reference)
     if not 0 <= ref < c.shape[0]:
         raise ValueError(f"reference ({reference!r}) must index a row of correct (0 .. {c.shape[0] - 1}).")
-    return np.count_nonzero(c[ref] & ~c, axis=1).astype(np.int64)
+    return np.count_nonzero(c < c[ref], axis=1).astype(np.int64)  # for booleans, a < b is (not a) and b
 
 
 def _log_lower_tail(v: int, n: int, alpha: float) -> float:
@@ -807,7 +808,13 @@ def alpha_min(
     None when the reference is deployed at every alpha of the grid (0.01, ..., 0.30 by
     default). Takes the options of :func:`certify`.
     """
-    for result in sweep(correct, cost, reference, alphas, delta, **options):
+    return alpha_min_of(sweep(correct, cost, reference, alphas, delta, **options))
+
+
+def alpha_min_of(results: Sequence[RedlineResult]) -> float | None:
+    """The first alpha among ``results`` (a :func:`sweep`, budgets ascending) that deploys
+    a config other than the reference; None if there is none."""
+    for result in results:
         if result.deployed_index != result.reference_index:
             return result.alpha
     return None
