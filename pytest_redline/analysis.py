@@ -475,7 +475,7 @@ def _outcomes(rule: str, alpha: float, grid: GridData, parts: _Parts, deployed: 
     )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class _SplitPlan:
     """The paper's held-out protocol, evaluated once and shared by heldout and baselines."""
 
@@ -557,17 +557,18 @@ class HeldoutResult:
 
     def __str__(self) -> str:
         o = self.outcomes
+        spec = ".2f" if self.gain_kind == "factor" else "+.1f"
         rows = [("config", "deployed", "held-out gain [2.5, 97.5]", "d_acc [2.5, 97.5]")]
         for name, count in zip(self.names, self.counts()):
             gain, net = self.config_spread(name)
             mark = " (full sample)" if name == self.full_choice else ""
-            rows.append((name + mark, str(count), gain.text() if gain else "-", net.text() if net else "-"))
+            rows.append((name + mark, str(count), gain.text(spec) if gain else "-", net.text() if net else "-"))
         return "\n".join(
             [
                 f"{self.label}: held-out, alpha={o.alpha:g} delta={self.procedure.delta:g}, {self.splits} splits "
                 f"(seed {self.seed}), {self.cal_size} of {self.n} prompts calibrate, ranked by {self.rank} cost",
                 *_table(rows),
-                f"all splits: gain {Spread.of(o.gain).text()}, d_acc {Spread.of(o.net_accuracy).text()}",
+                f"all splits: gain {Spread.of(o.gain).text(spec)}, d_acc {Spread.of(o.net_accuracy).text()}",
                 f"exceedance (test risk > alpha): {o.exceedance:.3f}; against the pooled risk: {o.exceedance_pooled:.3f}",
             ]
         )
