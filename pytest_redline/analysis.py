@@ -404,10 +404,10 @@ class SweepResult:
 
 
 def sweep(grid: GridData, alphas: Sequence[float] = risk.DEFAULT_ALPHAS, procedure: Procedure = Procedure()) -> SweepResult:
-    """:func:`risk.certify` at every budget of ``alphas``; alpha_min is taken on that grid."""
+    """:func:`risk.certify` at every budget of ``alphas`` (sorted); alpha_min is taken on that grid."""
     options = dict(names=grid.names, lower_is_better=grid.lower_is_better, **procedure.risk_options())
-    results = risk.sweep(grid.correct, grid.cost, grid.reference, alphas, procedure.delta, **options)
-    amin = risk.alpha_min(grid.correct, grid.cost, grid.reference, procedure.delta, alphas, **options)
+    results = risk.sweep(grid.correct, grid.cost, grid.reference, np.unique(alphas), procedure.delta, **options)
+    amin = risk.alpha_min_of(results)
     d = np.array([r.deployed_index for r in results])
     return SweepResult(
         label=grid.label,
