@@ -111,7 +111,7 @@ class Procedure:
         if self.correction == "holm":
             levels = self.delta / (size - np.arange(size))
         else:
-            levels = np.full(size, self.delta / size if self.correction == "bonferroni" else self.delta)
+            levels = np.full(size, self.delta / max(size, 1) if self.correction == "bonferroni" else self.delta)
         order = np.argsort(p, axis=-1, kind="stable")  # ties keep the config order
         passes = np.take_along_axis(p, order, axis=-1) <= levels
         steps = np.logical_and.accumulate(passes, axis=-1)  # stop at the first failure
