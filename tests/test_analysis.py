@@ -93,21 +93,34 @@ def test_published_sweep_llada2_math():
 # --------------------------------------------------------------------------- laws
 
 
+def grid_of(correct, tokens, forwards):
+    """GridData with config 0 as the reference and the tpf cost."""
+    return GridData(
+        names=tuple(f"c{i}" for i in range(len(correct))), reference=0, correct=np.asarray(correct, dtype=bool),
+        cost=tokens.sum(1) / forwards.sum(1), cost_num=tokens, cost_den=forwards,
+    )
+
+
 @st.composite
 def tables(draw, min_n=16, max_n=48):
     """Small random grids: config 0 is the reference; tokens and forwards are positive."""
-    m = draw(st.integers(2, 5))
+    m = draw(st.integers(1, 5))
     n = draw(st.integers(min_n, max_n))
-    seed = draw(st.integers(0, 2**32 - 1))
-    rng = np.random.default_rng(seed)
-    accuracy = rng.uniform(0.5, 1.0, size=(m, 1))
-    correct = rng.random((m, n)) < accuracy
-    tokens = rng.integers(1, 60, size=(m, n)).astype(float)
-    forwards = rng.integers(1, 20, size=(m, n)).astype(float)
-    return GridData(
-        names=tuple(f"c{i}" for i in range(m)), reference=0, correct=correct,
-        cost=tokens.sum(1) / forwards.sum(1), cost_num=tokens, cost_den=forwards,
-    )
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    correct = rng.random((m, n)) < rng.uniform(0.5, 1.0, size=(m, 1))
+    return grid_of(correct, rng.integers(1, 60, size=(m, n)).astype(float), rng.integers(1, 20, size=(m, n)).astype(float))
+
+
+def flat(correct_rows, n=32):
+    """Pinned edge cases: every prompt alike; config i is correct everywhere or nowhere."""
+    correct = np.repeat(np.array(correct_rows, dtype=bool)[:, None], n, axis=1)
+    tokens = np.arange(1, len(correct_rows) + 1, dtype=float)[:, None] * np.ones((1, n))
+    return grid_of(correct, tokens, np.ones_like(tokens))
+
+
+NO_VIOLATIONS = flat([1, 1, 1])  # V = 0 for every config: ties everywhere
+ALL_VIOLATE = flat([1, 0, 0])  # V = n for every candidate
+ONLY_REFERENCE = flat([1])  # m = 1
 
 
 procedures = st.builds(Procedure, delta=st.sampled_from([0.05, 0.1, 0.3]),
@@ -118,6 +131,8 @@ budgets = st.sampled_from([0.01, 0.05, 0.1, 0.2, 0.3])
 @settings(max_examples=25, deadline=None)
 @given(grid=tables(), procedure=procedures, alpha=budgets, cal_fraction=st.sampled_from([0.3, 0.5, 0.7]),
        rank=st.sampled_from(["full", "calibration"]))
+@example(grid=NO_VIOLATIONS, procedure=Procedure(), alpha=0.01, cal_fraction=0.5, rank="full")
+@example(grid=ALL_VIOLATE, procedure=Procedure(), alpha=0.3, cal_fraction=0.3, rank="calibration")
 def test_equivalent_heldout_per_split_certify(grid, procedure, alpha, cal_fraction, rank):
     """Each split of the vectorized held-out run is risk.certify on its calibration columns,
     ranked by the full-sample cost or by the calibration part's cost."""
@@ -138,6 +153,9 @@ def test_equivalent_heldout_per_split_certify(grid, procedure, alpha, cal_fracti
 
 @settings(max_examples=25, deadline=None)
 @given(grid=tables(), procedure=procedures)
+@example(grid=NO_VIOLATIONS, procedure=Procedure())
+@example(grid=ALL_VIOLATE, procedure=Procedure(family="candidates"))
+@example(grid=ONLY_REFERENCE, procedure=Procedure(correction="bonferroni", family="candidates"))
 def test_equivalent_valid_certify(grid, procedure):
     """Procedure.valid over (budgets, splits) is risk.certify's valid mask, one split at a time."""
     alphas = [0.02, 0.1, 0.25]
