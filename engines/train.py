@@ -16,8 +16,8 @@ masked and the edited positions, up to the end of the block holding the first EO
 after the EOS hold EOS, so the model learns to close a block.
 
 Another objective plugs in as one more entry of ``OBJECTIVES`` (a function of model, batch,
-config and generator returning the loss), e.g. next-token training of autoregressive models on
-the same data.
+config and generator returning the loss). ``objective = "ar"`` is the ordinary next-token loss
+of autoregressive models (the speculative target and draft) on the same data.
 """
 from __future__ import annotations
 
@@ -127,7 +127,16 @@ def bd_loss(model, batch: Batch, cfg: TrainConfig, gen: torch.Generator, mask_id
     return F.cross_entropy(logits[target], ids[target])
 
 
-OBJECTIVES = {"bd": bd_loss}
+def ar_loss(model, batch: Batch, cfg: TrainConfig, gen: torch.Generator, *_):
+    """The ordinary next-token loss (causal attention) on the answer and its EOS; the prompt is context."""
+    ids = batch.ids
+    logits = model(input_ids=ids[:, :-1]).logits
+    pos = torch.arange(1, ids.shape[1])
+    target = (pos[None, :] >= batch.prompt_len[:, None]) & (pos[None, :] < batch.end[:, None])
+    return F.cross_entropy(logits[target], ids[:, 1:][target])
+
+
+OBJECTIVES = {"bd": bd_loss, "ar": ar_loss}
 
 
 # ---------------------------------------------------------------------------------------------
