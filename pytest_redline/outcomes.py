@@ -14,7 +14,7 @@ import math
 import os
 import tempfile
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -36,19 +36,6 @@ def cost_direction(kind: str) -> str:
 def gain_kind(direction: str) -> str:
     """How gain is reported: a reduction ``"factor"`` when lower is better, else ``"percent"``."""
     return "factor" if direction == "lower" else "percent"
-
-
-@dataclass(frozen=True)
-class _Row:
-    """One parsed outcome, with where it came from (for error messages)."""
-
-    where: str
-    config: str
-    prompt: str
-    correct: bool
-    tokens: float
-    forwards: float
-    extra: tuple[float, ...]
 
 
 @dataclass(frozen=True, eq=False)
@@ -94,38 +81,36 @@ class OutcomeTable:
             raise OutcomeError(f"{source}: no such file") from None
         except (OSError, UnicodeDecodeError, csv.Error) as e:
             raise OutcomeError(f"{source}: cannot read outcomes ({e})") from None
-        if not lines or all(not any(cell.strip() for cell in line) for line in lines):
+        if not any(any(cell.strip() for cell in line) for line in lines):
             raise OutcomeError(f"{source}: empty file, expected the header {','.join(BASE_COLUMNS)}")
         header = [cell.strip() for cell in lines[0]]
         extra_names = _check_header(header, source)
-        rows = []
+        numbers, body = [], []
         for number, cells in enumerate(lines[1:], start=2):
-            if not any(cell.strip() for cell in cells):
-                continue  # blank line
-            where = f"{source}: line {number}"
             if len(cells) != len(header):
-                raise OutcomeError(f"{where}: expected {len(header)} fields, got {len(cells)}")
-            rows.append(_parse_row(where, dict(zip(header, cells)), extra_names))
-        return _build(rows, extra_names, source)
+                if not any(cell.strip() for cell in cells):
+                    continue  # a blank line
+                raise OutcomeError(f"{source}: line {number}: expected {len(header)} fields, got {len(cells)}")
+            numbers.append(number)
+            body.append(cells)
+        columns = dict(zip(header, map(list, zip(*body)))) if body else {name: [] for name in header}
+        return _build(columns, extra_names, source, lambda i: f"{source}: line {numbers[i]}")
 
     @classmethod
     def from_records(cls, records: Iterable[Mapping[str, Any]], source: str = "<records>") -> "OutcomeTable":
         """Build from mappings with the CSV's keys (extra keys are cost columns; None is empty)."""
-        rows: list[_Row] = []
-        extra_names: tuple[str, ...] | None = None
+        records = list(records)
+        extra_names = tuple(k for k in records[0] if k not in BASE_COLUMNS) if records else ()
+        _check_header(list(BASE_COLUMNS) + list(extra_names), source)
         for number, record in enumerate(records, start=1):
-            where = f"{source}: record {number}"
             names = tuple(k for k in record if k not in BASE_COLUMNS)
-            if extra_names is None:
-                extra_names = names
-                _check_header(list(BASE_COLUMNS) + list(names), source)
-            elif set(names) != set(extra_names):
-                raise OutcomeError(f"{where}: expected extra columns {list(extra_names)}, got {list(names)}")
+            if set(names) != set(extra_names):
+                raise OutcomeError(f"{source}: record {number}: expected extra columns {list(extra_names)}, got {list(names)}")
             for key in ("config", "prompt", "correct"):
                 if key not in record:
-                    raise OutcomeError(f"{where}: missing column '{key}'")
-            rows.append(_parse_row(where, record, extra_names))
-        return _build(rows, extra_names or (), source)
+                    raise OutcomeError(f"{source}: record {number}: missing column '{key}'")
+        columns = {name: [r.get(name) for r in records] for name in BASE_COLUMNS + extra_names}
+        return _build(columns, extra_names, source, lambda i: f"{source}: record {i + 1}")
 
     def write_csv(self, path: str | os.PathLike) -> None:
         """Write the table as an outcome CSV (atomically: a temporary file, then a rename)."""
@@ -242,86 +227,128 @@ def _check_header(header: list[str], source: str) -> tuple[str, ...]:
     return extra
 
 
-def _parse_row(where: str, cells: Mapping[str, Any], extra_names: Sequence[str]) -> _Row:
-    config, prompt = _text(where, "config", cells["config"]), _text(where, "prompt", cells["prompt"])
-    return _Row(
-        where=where,
-        config=config,
-        prompt=prompt,
-        correct=_correct(where, cells["correct"]),
-        tokens=_number(where, "tokens", cells.get("tokens"), nonnegative=True),
-        forwards=_number(where, "forwards", cells.get("forwards"), nonnegative=True),
-        extra=tuple(_number(where, name, cells[name], nonnegative=False) for name in extra_names),
-    )
+_FLAGS = {"0": False, "1": True, 0: False, 1: True}  # 1 == True: bools and ints map too
 
 
-def _text(where: str, column: str, value: Any) -> str:
-    text = "" if value is None else str(value).strip()
-    if not text:
-        raise OutcomeError(f"{where}: column '{column}': expected a non-empty name, got '{value}'")
-    return text
+def _names(values: list[Any], column: str, where: Callable[[int], str]) -> list[str]:
+    names = ["" if v is None else str(v).strip() for v in values]
+    if not all(names):
+        i = names.index("")
+        raise OutcomeError(f"{where(i)}: column '{column}': expected a non-empty name, got '{values[i]}'")
+    return names
 
 
-def _correct(where: str, value: Any) -> bool:
-    if isinstance(value, (bool, np.bool_)):
-        return bool(value)
-    if isinstance(value, (int, np.integer)) and value in (0, 1):
-        return bool(value)
-    if isinstance(value, str) and value.strip() in ("0", "1"):
-        return value.strip() == "1"
-    raise OutcomeError(f"{where}: column 'correct': expected 0 or 1, got '{value}'")
+def _flags(values: list[Any], where: Callable[[int], str]) -> np.ndarray:
+    """The ``correct`` column: 0/1 (strings, ints or booleans)."""
+    try:
+        flags = [_FLAGS.get(v) for v in values]  # the common case, without a call per cell
+    except TypeError:  # an unhashable value
+        flags = [None]
+    if None in flags:
+        flags = [_flag(v) for v in values]  # strip blanks; report the first bad cell
+        if None in flags:
+            i = flags.index(None)
+            raise OutcomeError(f"{where(i)}: column 'correct': expected 0 or 1, got '{values[i]}'")
+    return np.array(flags, dtype=bool)
+
+
+def _flag(value: Any) -> bool | None:
+    if isinstance(value, str):
+        return _FLAGS.get(value.strip())
+    if isinstance(value, (int, bool, np.integer, np.bool_)):
+        return _FLAGS.get(value)
+    return None
+
+
+def _numbers(values: list[Any], column: str, where: Callable[[int], str], nonnegative: bool) -> np.ndarray:
+    """A numeric column: finite numbers (>= 0 where asked), NaN for empty cells (None or blank)."""
+    empty = np.array([v is None or (isinstance(v, str) and not v.strip()) for v in values], dtype=bool)
+    try:
+        numbers = np.array([math.nan if e else v for v, e in zip(values, empty)], dtype=float)
+    except (TypeError, ValueError):
+        numbers = np.full(len(values), math.inf)  # unparsable somewhere: flagged below
+    bad = ~empty & (~np.isfinite(numbers) | ((numbers < 0) if nonnegative else False))
+    bad |= np.array([isinstance(v, (bool, np.bool_)) for v in values], dtype=bool)
+    if np.any(bad):
+        for i in np.flatnonzero(bad):  # the first cell that really is bad, with its message
+            _number(where(i), column, values[i], nonnegative)
+    return numbers
 
 
 def _number(where: str, column: str, value: Any, nonnegative: bool) -> float:
-    """A finite number, NaN for an empty cell (None or blank)."""
+    """One cell: a finite number (>= 0 where asked), NaN when empty; else an OutcomeError."""
     if value is None or (isinstance(value, str) and not value.strip()):
         return math.nan
     try:
         x = float(value)
     except (TypeError, ValueError):
         x = math.nan
-    if not math.isfinite(x) or isinstance(value, bool):
+    if not math.isfinite(x) or isinstance(value, (bool, np.bool_)):
         raise OutcomeError(f"{where}: column '{column}': expected a finite number or an empty cell, got '{value}'")
     if nonnegative and x < 0:
         raise OutcomeError(f"{where}: column '{column}': expected a number >= 0, got '{value}'")
     return x
 
 
-def _build(rows: list[_Row], extra_names: Sequence[str], source: str) -> OutcomeTable:
-    """Align rows into (configs x prompts) arrays, checking duplicates and prompt sets."""
-    if not rows:
+def _build(columns: Mapping[str, list[Any]], extra_names: Sequence[str], source: str, where: Callable[[int], str]) -> OutcomeTable:
+    """Parse the columns and align the rows into (configs x prompts) arrays.
+
+    ``where(i)`` names row i (a line of a file or a record) in error messages.
+    """
+    config = _names(columns["config"], "config", where)
+    if not config:
         raise OutcomeError(f"{source}: no outcome rows")
-    by_config: dict[str, dict[str, _Row]] = {}
-    for row in rows:
-        seen = by_config.setdefault(row.config, {})
-        if row.prompt in seen:
-            raise OutcomeError(
-                f"{row.where}: duplicate row for config '{row.config}', prompt '{row.prompt}' "
-                f"(first at {seen[row.prompt].where.rsplit(': ', 1)[-1]})"
-            )
-        seen[row.prompt] = row
-    configs = tuple(by_config)
-    prompts = tuple(by_config[configs[0]])
-    expected = set(prompts)
-    for config, seen in by_config.items():
-        if set(seen) != expected:
-            missing = sorted(expected - set(seen))
-            extra = sorted(set(seen) - expected)
-            parts = [f"{label} {len(ids)} prompt(s), e.g. '{ids[0]}'" for label, ids in (("lacks", missing), ("adds", extra)) if ids]
-            raise OutcomeError(
-                f"{source}: config '{config}' has a different prompt set from config '{configs[0]}': it "
-                + " and ".join(parts)
-            )
-    grid = [[by_config[c][p] for p in prompts] for c in configs]
+    prompt = _names(columns["prompt"], "prompt", where)
+    cells = {
+        "correct": _flags(columns["correct"], where),
+        "tokens": _numbers(columns["tokens"], "tokens", where, nonnegative=True),
+        "forwards": _numbers(columns["forwards"], "forwards", where, nonnegative=True),
+        **{name: _numbers(columns[name], name, where, nonnegative=False) for name in extra_names},
+    }
+    configs = tuple(dict.fromkeys(config))
+    prompts = tuple(dict.fromkeys(p for c, p in zip(config, prompt) if c == configs[0]))
+    config_index = {c: i for i, c in enumerate(configs)}
+    prompt_index = {p: j for j, p in enumerate(prompts)}
+    m, n = len(configs), len(prompts)
+    flat = np.array([config_index[c] * n + prompt_index.get(p, -n * m - 1) for c, p in zip(config, prompt)])
+    counts = np.bincount(flat[flat >= 0], minlength=m * n)
+    if np.any(flat < 0) or np.any(counts > 1) or np.any(counts == 0):
+        _alignment_error(config, prompt, configs, prompts, source, where)
+    shaped = {}
+    for name, values in cells.items():
+        grid = np.empty(m * n, dtype=values.dtype)
+        grid[flat] = values
+        shaped[name] = grid.reshape(m, n)
     return OutcomeTable(
         configs=configs,
         prompts=prompts,
-        correct=np.array([[r.correct for r in line] for line in grid], dtype=bool),
-        tokens=np.array([[r.tokens for r in line] for line in grid], dtype=float),
-        forwards=np.array([[r.forwards for r in line] for line in grid], dtype=float),
-        extra={name: np.array([[r.extra[k] for r in line] for line in grid], dtype=float) for k, name in enumerate(extra_names)},
+        correct=shaped["correct"],
+        tokens=shaped["tokens"],
+        forwards=shaped["forwards"],
+        extra={name: shaped[name] for name in extra_names},
         source=source,
     )
+
+
+def _alignment_error(config, prompt, configs, prompts, source, where) -> None:
+    """Raise the first alignment problem in row order: a duplicate row or a different prompt set."""
+    first_row: dict[tuple[str, str], int] = {}
+    for i, key in enumerate(zip(config, prompt)):
+        if key in first_row:
+            raise OutcomeError(
+                f"{where(i)}: duplicate row for config '{key[0]}', prompt '{key[1]}' "
+                f"(first at {where(first_row[key]).rsplit(': ', 1)[-1]})"
+            )
+        first_row[key] = i
+    expected = set(prompts)
+    for c in configs:
+        seen = {p for (cc, p) in first_row if cc == c}
+        missing, extra = sorted(expected - seen), sorted(seen - expected)
+        if missing or extra:
+            parts = [f"{label} {len(ids)} prompt(s), e.g. '{ids[0]}'" for label, ids in (("lacks", missing), ("adds", extra)) if ids]
+            raise OutcomeError(
+                f"{source}: config '{c}' has a different prompt set from config '{configs[0]}': it " + " and ".join(parts)
+            )
 
 
 def _format_number(x: float) -> str:
