@@ -199,8 +199,9 @@ def binom_pvalue(v: Any, n: int, alpha: float) -> float | np.ndarray:
     Computed as the complemented regularized incomplete beta ``1 - I_alpha(v + 1, n - v)``
     (``scipy.special.betaincc``, Boost), which keeps a relative accuracy near 1e-16 in the
     far lower tail down to the smallest normal double (about 1e-308); below that the float
-    is 0.0, the correctly rounded value. Use :func:`binom_logpvalue` for the logarithm far beyond that. It equals
-    ``scipy.stats.binomtest(v, n, alpha, alternative="less").pvalue``.
+    is 0.0, the correctly rounded value; :func:`binom_logpvalue` gives the logarithm there.
+    It equals ``scipy.stats.binomtest(v, n, alpha, alternative="less").pvalue`` (which
+    loses digits below about 1e-290).
 
     Parameters
     ----------
@@ -225,9 +226,9 @@ def binom_logpvalue(v: Any, n: int, alpha: float) -> float | np.ndarray:
     """``log P[Bin(n, alpha) <= v]``, accurate where the p-value underflows a double.
 
     Where the p-value is above 1e-300 this is ``log`` of :func:`binom_pvalue`; below, the
-    lower tail is summed in log space (scipy's ``binom.logcdf`` returns -inf there).
-    The log-space sum's relative error is that of log Gamma(n + 1), about 1e-16 * log(n!). For
-    example ``binom_logpvalue(0, 100_000, 0.3) == 100_000 * log(0.7) = -35667.49...``.
+    lower tail is summed in log space (scipy's ``binom.logcdf`` returns -inf there), with
+    the absolute error of log Gamma(n + 1), about 1e-16 * log(n!). For example
+    ``binom_logpvalue(0, 100_000, 0.3) == 100_000 * log(0.7) = -35667.49...``.
     """
     n = _positive_int("n", n)
     alpha = _open_unit("alpha", alpha)
