@@ -355,3 +355,10 @@ def test_no_torch_or_pytest_import_risk():
         "risk.prompts_needed(0.05, 0.03, 8); risk.clopper_pearson_interval(3, 10); str(r)\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_examples_hold_risk_docstrings():
+    import doctest
+
+    failures, tried = doctest.testmod(risk)
+    assert tried >= 6 and failures == 0
