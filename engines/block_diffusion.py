@@ -28,7 +28,7 @@ One engine step, per request:
 
 A request finishes when an EOS is committed and every position before it is resolved, or when
 ``max_new_tokens`` positions are resolved. Confidences are float32 softmax probabilities of the
-unfiltered logits, and the MASK id is never predicted.
+unfiltered logits; the MASK id and ids beyond the tokenizer's vocabulary are never predicted.
 
 Counting (see ``engines.base``): ``forwards`` = the forwards the request took part in (the first
 one is the prefill); ``tokens`` = generated tokens up to and including the first EOS.
@@ -313,6 +313,7 @@ class BlockDiffusionEngine:
             return result
         logits = self.model.get_output_embeddings()(hidden[rows, cols]).float()
         logits[:, self.mask_id] = float("-inf")
+        logits[:, len(self.tokenizer) :] = float("-inf")  # padding rows of the embedding are no tokens
         conf, tok = logits.softmax(-1).max(-1)
         for (row, b, p), c, t in zip(where, conf.tolist(), tok.tolist()):
             result[row].setdefault(b, []).append((p, c, t))

@@ -19,7 +19,7 @@ def build_tokenizer() -> PreTrainedTokenizerFast:
     """The character-level tokenizer: specials first, then one id per character."""
     vocab = {token: i for i, token in enumerate(SPECIALS + tuple(CHARACTERS))}
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token=UNK))
-    tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")  # every character, newlines too
     tok.decoder = decoders.Fuse()
     return PreTrainedTokenizerFast(
         tokenizer_object=tok,

@@ -1,0 +1,225 @@
+"""Invariants of the multi-block block-diffusion engine.
+
+Equivalence tests (cached vs recomputed, batched vs alone, buffer 1 vs the single-block decoder)
+run in float64 on a tiny random Llama with large weights, so that predictions depend on the input,
+confidences spread over (0, 1) and steps commit several tokens. Laws about real decodes use the embedded model.
+"""
+import pytest
+import torch
+from transformers import DynamicCache
+
+from engines import modeling
+from engines.base import Engine
+from engines.block_diffusion import DEFAULTS, BlockDiffusionEngine
+from engines.modeling import ModelConfig, block_causal_mask, build_model
+from engines.tokenizer import build_tokenizer
+from suites.arithmetic import ArithmeticSuite
+
+PROMPTS = ArithmeticSuite(n=6, seed=11).prompts()
+SHORT = {"max_new_tokens": 20}
+
+
+@pytest.fixture(scope="module")
+def tiny_folder(tmp_path_factory):
+    torch.manual_seed(0)
+    tokenizer = build_tokenizer()
+    model = build_model(ModelConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64), tokenizer)
+    with torch.no_grad():  # large weights: input-dependent, confident predictions
+        for weight in model.parameters():
+            if weight.dim() == 2:
+                torch.nn.init.normal_(weight, std=0.4)
+    folder = tmp_path_factory.mktemp("tiny-bd")
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_folder):
+    return BlockDiffusionEngine(model=tiny_folder, device="cpu", dtype="float64")
+
+
+@pytest.fixture(scope="module")
+def embedded():
+    return BlockDiffusionEngine(device="cpu")
+
+
+def _key(gens):
+    return [(g.text, g.tokens, g.forwards) for g in gens]
+
+
+CONFIGS = [
+    {},
+    {"accept_threshold": 0.5, "semi_complete_threshold": 0.5, "buffer_size": 3, "add_block_threshold": 0.0},
+    {"accept_threshold": 0.7, "skip_masked_blocks": True, "block_size": 4},
+]
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_exact_cache_tokens(tiny, config):
+    cached = tiny.generate(PROMPTS, {**config, **SHORT})
+    recomputed = tiny.generate(PROMPTS, {**config, **SHORT, "use_cache": False})
+    assert _key(cached) == _key(recomputed)
+
+
+def test_exact_cache_logits_and_folded_store(tiny):
+    model = tiny.model
+    ids = torch.randint(5, 40, (2, 32))
+    pos = torch.arange(32)[None].expand(2, -1)
+
+    def forward(lo, hi, cache):
+        kpos = pos[:, : hi] if cache is not None else pos[:, lo:hi]
+        mask = block_causal_mask(pos[:, lo:hi], kpos, 8, model.dtype)
+        return model(input_ids=ids[:, lo:hi], attention_mask=mask, position_ids=pos[:, lo:hi], cache=cache).logits
+
+    full = forward(0, 32, None)
+    cache = DynamicCache(config=model.config)
+    forward(0, 16, cache)
+    torch.testing.assert_close(forward(16, 32, cache), full[:, 16:], rtol=0, atol=1e-10)
+    cache.crop(-8)  # folded store: keep block 2 from the forward that also computed block 3
+    store = DynamicCache(config=model.config)
+    forward(0, 24, store)
+    for folded, stored in zip(cache.layers, store.layers):
+        torch.testing.assert_close(folded.keys, stored.keys, rtol=0, atol=1e-10)
+        torch.testing.assert_close(folded.values, stored.values, rtol=0, atol=1e-10)
+
+
+@pytest.mark.parametrize("config", CONFIGS[:2])
+def test_equivalent_batched_and_alone(tiny, config):
+    batched = tiny.generate(PROMPTS, {**config, **SHORT})
+    alone = [tiny.generate([p], {**config, **SHORT})[0] for p in PROMPTS]
+    assert _key(batched) == _key(alone)
+
+
+def _single_block_reference(engine, prompt, block_size, accept, max_new):
+    """One block at a time, whole prefix recomputed every step, threshold with top-1 fallback."""
+    model, mask_id = engine.model, engine.mask_id
+    ids = engine.tokenizer(prompt.text).input_ids
+    start, limit = len(ids), len(ids) + max_new
+    tokens = ids + [mask_id] * (-(-limit // block_size) * block_size - len(ids))
+    forwards, block = 0, start // block_size
+    while True:
+        answer = tokens[start:limit]
+        first_mask = answer.index(mask_id) if mask_id in answer else len(answer)
+        eos = [i for i, t in enumerate(answer[:first_mask]) if t in engine.eos_ids]
+        if eos or first_mask == len(answer):
+            out = answer[: eos[0] + 1] if eos else answer
+            return out, forwards
+        lo, hi = block * block_size, (block + 1) * block_size
+        if mask_id not in tokens[lo:hi]:
+            block += 1
+            continue
+        x = torch.tensor([tokens[:hi]])
+        pos = torch.arange(hi)[None]
+        logits = model(input_ids=x, attention_mask=block_causal_mask(pos, pos, block_size, model.dtype), position_ids=pos).logits[0].float()
+        logits[:, mask_id] = float("-inf")
+        logits[:, len(engine.tokenizer) :] = float("-inf")
+        conf, tok = logits.softmax(-1).max(-1)
+        masked = [p for p in range(lo, hi) if tokens[p] == mask_id]
+        chosen = [p for p in masked if conf[p] > accept] or [max(masked, key=lambda p: conf[p])]
+        for p in chosen:
+            tokens[p] = int(tok[p])
+        forwards += 1
+
+
+@pytest.mark.parametrize("accept, block_size", [(0.6, 8), (0.9, 4), (1.5, 8)])
+def test_equivalent_buffer_one_single_block(tiny, accept, block_size):
+    config = {"buffer_size": 1, "accept_threshold": accept, "block_size": block_size, **SHORT}
+    gens = tiny.generate(PROMPTS, config)
+    for prompt, gen in zip(PROMPTS, gens):
+        out, forwards = _single_block_reference(tiny, prompt, block_size, accept, SHORT["max_new_tokens"])
+        assert (gen.tokens, gen.forwards) == (len(out), forwards)
+        assert gen.text == tiny.tokenizer.decode([t for t in out if t not in tiny.eos_ids])
+
+
+def test_one_token_per_forward_accept_above_one(tiny):
+    config = {"buffer_size": 1, "accept_threshold": 1.01, **SHORT}
+    gens, trace = tiny.decode(PROMPTS, config, record=True)
+    assert all(len(step["committed"]) == 1 for step in trace)
+    assert len(trace) == sum(g.forwards for g in gens)
+
+
+def test_equivalent_skip_placeholders_fewer_flops(tiny):
+    """Placeholders never change earlier blocks' logits: skipping them changes FLOPs only."""
+    config = {"add_block_threshold": 2.0, "buffer_size": 3, **SHORT}  # only one block ever in flight
+    computed = tiny.generate(PROMPTS, config)
+    skipped = tiny.generate(PROMPTS, {**config, "skip_masked_blocks": True})
+    assert _key(computed) == _key(skipped)
+    assert all(s.extra["flops"] < c.extra["flops"] for s, c in zip(skipped, computed))
+
+
+REAL = ArithmeticSuite(n=24, seed=5).prompts()
+REAL_CONFIGS = [{}, {"accept_threshold": 0.8, "semi_complete_threshold": 0.7, "buffer_size": 3}, {"skip_masked_blocks": True}]
+
+
+@pytest.mark.parametrize("config", REAL_CONFIGS)
+def test_maximal_commit_rule_and_scheduler_laws(embedded, config):
+    cfg = {**DEFAULTS, **config}
+    gens, trace = embedded.decode(REAL, config, record=True)
+    previous = {}
+    for step in trace:
+        in_flight = step["in_flight"]
+        # maximal: the oldest block in flight is never fully resolved (it would have become final)
+        assert not in_flight or in_flight[0][1] < 1.0
+        assert len(in_flight) <= cfg["buffer_size"]
+        assert step["final"] % cfg["block_size"] == 0 and step["stored"][1] <= step["final"]
+        before = previous.get(step["prompt"])
+        if before and before["in_flight"]:
+            newest = before["in_flight"][-1]
+            admitted = [b for b, _ in in_flight if b > newest[0]]
+            assert not admitted or newest[1] >= cfg["add_block_threshold"]
+        assert step["committed"]  # the oldest block always makes progress
+        previous[step["prompt"]] = step
+    assert sum(g.forwards for g in gens) == len(trace)
+
+
+def test_committed_tokens_never_change(embedded):
+    gens, trace = embedded.decode(REAL, {"accept_threshold": 0.7, "buffer_size": 3}, record=True)
+    for prompt, gen in zip(REAL, gens):
+        committed = [(p, t) for s in trace if s["prompt"] == prompt.id for p, t in s["committed"]]
+        positions = [p for p, _ in committed]
+        assert len(positions) == len(set(positions))  # each position committed once
+        start = len(prompt.text)
+        final = embedded.tokenizer(gen.text).input_ids
+        for p, t in committed:
+            if start <= p < start + len(final):
+                assert final[p - start] == t
+
+
+def test_counts_match_model_calls(embedded):
+    rows = []
+    hook = embedded.model.get_decoder().register_forward_hook(lambda m, a, k, out: rows.append(k["input_ids"].shape[0]), with_kwargs=True)
+    try:
+        gens = embedded.generate(REAL, {})
+    finally:
+        hook.remove()
+    assert sum(g.forwards for g in gens) == sum(rows)
+    for gen in gens:
+        text_tokens = len(embedded.tokenizer(gen.text).input_ids)
+        assert gen.tokens in (text_tokens, text_tokens + 1)  # + the EOS when one was produced
+        assert gen.extra["flops"] > 0 and gen.extra["blocks"] >= 1
+
+
+def test_deterministic_real_decode(embedded):
+    assert _key(embedded.generate(REAL, {})) == _key(embedded.generate(REAL, {}))
+
+
+def test_protocol_describe_fingerprint(embedded):
+    assert isinstance(embedded, Engine)
+    info = embedded.describe()
+    assert {"device", "dtype", "torch", "model"} <= set(info) and info["dtype"] == "float32"
+    assert embedded.fingerprint() == modeling.fingerprint(modeling.EMBEDDED_MODEL)
+
+
+@pytest.mark.parametrize(
+    "config, message",
+    [
+        ({"accept": 0.9}, "unknown config key 'accept'; known keys: block_size"),
+        ({"block_size": 0}, "block_size: expected int >= 1"),
+        ({"accept_threshold": "high"}, "accept_threshold: expected a number"),
+        ({"skip_masked_blocks": 1}, "skip_masked_blocks: expected true or false"),
+    ],
+)
+def test_clear_errors_bad_config(tiny, config, message):
+    with pytest.raises(ValueError, match=message):
+        tiny.generate(PROMPTS[:1], config)
