@@ -27,7 +27,7 @@ from pytest_redline.calibration import Calibration
 from pytest_redline.enginebook import EngineBook
 from pytest_redline.store import OutcomeStore, StoredOutcome, content_key
 
-PROGRESS_EVERY_S = 10.0
+PROGRESS_EVERY_S = 5.0  # at most this long without a progress line while decoding (plus one batch)
 
 
 class DecodeError(Exception):
@@ -35,7 +35,10 @@ class DecodeError(Exception):
 
     def __init__(self, message: str, details: str = "") -> None:
         super().__init__(message)
-        self.details = details
+        self.message, self.details = message, details
+
+    def explain(self, verbose: bool) -> str:
+        return f"{self.message}\n{self.details}" if verbose and self.details else self.message
 
 
 class BatchTimeout(Exception):
@@ -210,11 +213,12 @@ class Decoder:
 
 
 class _Progress:
-    """Progress lines while a config decodes: the first batch, then every PROGRESS_EVERY_S."""
+    """Progress lines while a config decodes: one per batch at most every PROGRESS_EVERY_S, and
+    a last one if any was shown or the decode took that long. Quick or cached configs stay quiet."""
 
     def __init__(self, decoder: Decoder, config: str, prompts: int, batches: int) -> None:
         self.decoder, self.config, self.prompts, self.batches = decoder, config, prompts, batches
-        self.done = self.decoded = self.prompts_done = 0
+        self.done = self.decoded = self.prompts_done = self.shown = 0
         self.start = self.last = time.monotonic()
 
     def step(self, prompts: int, decoded: bool) -> None:
@@ -222,16 +226,18 @@ class _Progress:
         self.prompts_done += prompts
         self.decoded += decoded
         now = time.monotonic()
-        if decoded and (self.decoded == 1 or now - self.last >= PROGRESS_EVERY_S) and self.done < self.batches:
+        if decoded and now - self.last >= PROGRESS_EVERY_S and self.done < self.batches:
             self.emit(now)
 
     def finish(self) -> None:
-        if self.decoded:
-            self.emit(time.monotonic())
+        now = time.monotonic()
+        if self.decoded and (self.shown or now - self.start >= PROGRESS_EVERY_S):
+            self.emit(now)
 
     def emit(self, now: float) -> None:
         d = self.decoder
         self.last = now
+        self.shown += 1
         d.progress(
             f"redline {d.cal.grid.name} {self.config}: {self.prompts_done}/{self.prompts} prompts, "
             f"batch {self.done}/{self.batches} ({self.decoded} decoded), {now - self.start:.1f} s"

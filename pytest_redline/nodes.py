@@ -56,8 +56,13 @@ class PromptItem(pytest.Item):
 
     def setup(self) -> None:
         decoder = self.gate.decoder(self.cal)
-        self.reference_outcome = decoder.outcome(self.cal.reference, self.index)
-        self.candidate_outcome = decoder.outcome(self.config_name, self.index)
+        try:
+            self.reference_outcome = decoder.outcome(self.cal.reference, self.index)
+            self.candidate_outcome = decoder.outcome(self.config_name, self.index)
+            return
+        except DecodeError as e:  # an error of this item: its message (-v: and the engine's traceback)
+            message = e.explain(verbose=self.config.get_verbosity() > 0)
+        pytest.fail(message, pytrace=False)
 
     def runtest(self) -> None:
         out, ref = self.candidate_outcome, self.reference_outcome
@@ -73,12 +78,6 @@ class PromptItem(pytest.Item):
             self.user_properties.append(("regression", regressed))
             if regressed:
                 self.user_properties += [("reference_answer", ref.text), ("candidate_answer", out.text)]
-
-    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style=None) -> str:
-        if isinstance(excinfo.value, DecodeError):
-            error = excinfo.value
-            return f"{error}\n\n{error.details}" if self.config.get_verbosity() > 0 else str(error)
-        return super().repr_failure(excinfo, style)
 
     def reportinfo(self):
         return self.path, None, f"redline {self.cal.grid.name}: {self.config_name} on {self.name}"

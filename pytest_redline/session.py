@@ -49,6 +49,7 @@ class Gate:
         self.deselected_ids: list[tuple[str, str, str]] = []
         self.verdicts: list[GridVerdict] = []
         self.file_notes: list[str] = []
+        self.collect_only = False  # set by start(): --collect-only runs nothing, so judges nothing
 
     # ------------------------------------------------------------------ start and stop
 
@@ -78,7 +79,9 @@ class Gate:
             store = OutcomeStore.open(folder)
         except StoreError as e:
             raise pytest.UsageError(str(e)) from None
-        return cls(options, calibrations, engines, store, session_id, temp_dir, progress_writer(config))
+        gate = cls(options, calibrations, engines, store, session_id, temp_dir, progress_writer(config))
+        gate.collect_only = bool(config.option.collectonly)
+        return gate
 
     def worker_input(self) -> dict[str, Any]:
         """What workers need from the controller: the session id and a --redline-no-cache store."""
@@ -128,6 +131,8 @@ class Gate:
 
     def finish(self, exitstatus: int) -> int:
         """Judge every grid, write the report files, and return the session's exit status."""
+        if self.collect_only:
+            return exitstatus
         self.verdicts = [judge(self.ledger.grid(cal.label)) for cal in self._calibrations.values()]
         from pytest_redline import report
 
@@ -143,6 +148,8 @@ class Gate:
         return exitstatus
 
     def summary(self, terminal: Any) -> None:
+        if not self.verdicts:
+            return
         from pytest_redline import report
 
         verbosity = terminal.config.get_verbosity()

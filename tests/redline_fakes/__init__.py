@@ -1,0 +1,162 @@
+"""A fake engine and suite for the gate's tests (no torch), and a way to register them.
+
+``FakeSuite(n)`` asks "what is i + 1?" for i < n. ``FakeEngine`` answers correctly except
+where the config says otherwise, and costs ``forwards`` forwards per prompt:
+
+    configs:
+      ref:  {forwards: 10}
+      fast: {forwards: 5, wrong: [q3]}      # one wrong answer
+      rash: {forwards: 2, wrong_every: 4}   # every 4th prompt wrong
+      bad:  {fail_on: q5}                   # the batch holding q5 raises
+
+``log_path: PATH`` appends one JSON line per ``generate`` call (config, prompt ids, pid), and
+``delay`` sleeps that long per call, to watch or interrupt decoding.
+
+:func:`install` registers both under the ``redline.engines`` / ``redline.suites``
+entry-point groups of a pytester directory, as an installed package would.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+# Imported here, in the outer process, so that pytester's in-process runs (which drop the
+# modules they import) find them loaded: numpy's C extension cannot load twice.
+import numpy  # noqa: F401
+import scipy.stats  # noqa: F401
+import yaml  # noqa: F401
+
+import engines.replay  # noqa: F401
+import pytest_redline.report  # noqa: F401
+import pytest_redline.risk  # noqa: F401
+import pytest_redline.session  # noqa: F401
+from engines.base import Generation
+from suites.base import Prompt, chat
+
+
+class FakeSuite:
+    name = "fake"
+
+    def __init__(self, n: int = 60, crash_on: str | None = None) -> None:
+        self.n, self.crash_on = n, crash_on
+
+    def prompts(self) -> list[Prompt]:
+        return [
+            Prompt(id=f"q{i}", text=f"What is {i} + 1?", messages=chat(f"What is {i} + 1?"), meta={"answer": str(i + 1)})
+            for i in range(self.n)
+        ]
+
+    def score(self, prompt: Prompt, text: str) -> bool:
+        if prompt.id == self.crash_on:
+            raise RuntimeError(f"fake scorer crashed on {prompt.id}")
+        return text.strip() == prompt.meta["answer"]
+
+
+class FakeEngine:
+    name = "fake"
+
+    def __init__(self, seed: int = 0, device: str = "cpu", dtype: str = "float64", log_path: str | None = None,
+                 delay: float = 0.0) -> None:
+        self.seed, self.device, self.dtype, self.log, self.delay = seed, device, dtype, log_path, delay
+
+    def fingerprint(self) -> str:
+        return f"fake-weights-{self.seed}"
+
+    def describe(self) -> dict[str, str]:
+        return {"device": self.device, "dtype": self.dtype}
+
+    def generate(self, prompts, config):
+        ids = [p.id for p in prompts]
+        if self.log:
+            with open(self.log, "a") as f:
+                f.write(json.dumps({"config": dict(config), "prompts": ids, "pid": os.getpid()}) + "\n")
+        time.sleep(self.delay)
+        if config.get("fail_on") in ids:
+            raise RuntimeError(f"fake engine exploded on {config['fail_on']}")
+        wrong = set(config.get("wrong", ()))
+        every = config.get("wrong_every")
+        out = []
+        for p in prompts:
+            index = int(p.id[1:])
+            bad = p.id in wrong or (every is not None and index % every == every - 1)
+            text = "wrong" if bad else p.meta["answer"]
+            out.append(Generation(text=text, tokens=10, forwards=config.get("forwards", 10),
+                                  extra={"memory_gb": config.get("memory_gb", 1.0)}))
+        return out
+
+
+DIST_INFO = "redline_fakes-0.0.dist-info"
+ENTRY_POINTS = """\
+[redline.engines]
+fake = redline_fakes:FakeEngine
+
+[redline.suites]
+fake = redline_fakes:FakeSuite
+"""
+
+
+def install(folder: Path) -> None:
+    """Make ``folder`` (on sys.path) hold this module as an installed package with entry points."""
+    shutil.copy(Path(__file__), folder / "redline_fakes.py")
+    info = folder / DIST_INFO
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: redline-fakes\nVersion: 0.0\n")
+    (info / "entry_points.txt").write_text(ENTRY_POINTS)
+
+
+GRID = """\
+name: fake-grid
+suite: fake
+suite_args: {n: 60}
+engine: fake
+engine_args: {log_path: calls.jsonl}
+cost: tpf
+reference: ref
+batch_size: 8
+configs:
+  ref: {forwards: 10}
+  fast: {forwards: 5, wrong: [q3]}
+  rash: {forwards: 2, wrong_every: 4}
+deploy: fastest
+"""
+
+
+class Project:
+    """A pytester folder with the fakes installed and helpers to gate grids in it."""
+
+    def __init__(self, pytester) -> None:
+        self.pytester = pytester
+        self.path = Path(pytester.path)
+        install(self.path)
+        pytester.syspathinsert()
+
+    def grid(self, text: str = GRID, filename: str = "redline.yaml", **replace: str) -> Path:
+        """Write a grid file; ``replace`` sets top-level keys (with their indented lines), DROP removes one."""
+        blocks: dict[str, list[str]] = {}
+        for line in text.splitlines():
+            if line.startswith(" ") and blocks:
+                blocks[list(blocks)[-1]].append(line)
+            else:
+                blocks[line.split(":", 1)[0]] = [line]
+        for key, value in replace.items():
+            blocks[key] = [] if value == "DROP" else [f"{key}: {value}"]
+        path = self.path / filename
+        path.write_text("".join(line + "\n" for lines in blocks.values() for line in lines))
+        return path
+
+    def run(self, *args: str):
+        """In process (the outer process already imported pytest_redline: no rewrite warning)."""
+        return self.pytester.runpytest("-p", "no:cacheprovider", "-W", "ignore::pytest.PytestAssertRewriteWarning", *args)
+
+    def run_subprocess(self, *args: str, timeout: float = 120):
+        return self.pytester.runpytest_subprocess("-p", "no:cacheprovider", *args, timeout=timeout)
+
+    def report(self, name: str = "report.json") -> dict:
+        return json.loads((self.path / name).read_text())
+
+    def calls(self) -> list[dict]:
+        log = self.path / "calls.jsonl"
+        return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
