@@ -78,9 +78,14 @@ def config_list(text: str) -> list[str]:
 # ---------------------------------------------------------------------- shared by outcome commands
 
 
-def add_outcome_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options of every command that works on a recorded outcome CSV."""
-    parser.add_argument("outcomes", metavar="OUTCOMES.csv", help="outcome CSV: config,prompt,correct,tokens,forwards[,...]")
+def add_outcome_arguments(parser: argparse.ArgumentParser, several: bool = False) -> None:
+    """The options of every command that works on recorded outcome CSVs (one, or ``several``)."""
+    parser.add_argument(
+        "outcomes",
+        metavar="OUTCOMES.csv",
+        nargs="+" if several else None,
+        help="outcome CSV: config,prompt,correct,tokens,forwards[,...]",
+    )
     parser.add_argument("--reference", required=True, metavar="NAME", help="the reference (lossless) config")
     parser.add_argument("--cost", default="tpf", metavar="tpf|apf|COLUMN", help="cost to rank by (default tpf)")
     parser.add_argument(

@@ -102,10 +102,7 @@ def png_path(text: str) -> str:
 
 def _outcome_parser(subparsers: Any, name: str, help: str, several: bool = False) -> argparse.ArgumentParser:
     p = subparsers.add_parser(name, help=help)
-    _cli().add_outcome_arguments(p)
-    if several:  # the shared positional takes one file; these commands take one or more
-        positional = next(a for a in p._actions if a.dest == "outcomes")
-        positional.nargs = "+"
+    _cli().add_outcome_arguments(p, several=several)
     p.add_argument("--json", action="store_true", help="print a JSON object")
     return p
 
