@@ -17,35 +17,17 @@ from pytest_redline import analysis, cli, risk
 from pytest_redline.analysis import GridData, Procedure
 from pytest_redline.cli_analyses import add_subcommands
 from pytest_redline.outcomes import OutcomeTable
+from published import DATA, GRIDS, published_table
 
-DATA = Path(__file__).parent / "data" / "redline"
-GRIDS = json.loads((DATA / "grids.json").read_text())
 VENDORED = [name for name, spec in GRIDS.items() if (DATA / spec["file"]).exists()]
 LLADA2_MATH = ",".join(GRIDS["llada2_math"]["configs"])
-
-
-def prompts_of_task(table, task):
-    """The table restricted to prompts ``<task>/...`` (grids.json's prompt filter)."""
-    keep = [j for j, p in enumerate(table.prompts) if p.split("/")[0] == task]
-    return OutcomeTable(
-        table.configs, tuple(table.prompts[j] for j in keep), table.correct[:, keep], table.tokens[:, keep],
-        table.forwards[:, keep], {k: v[:, keep] for k, v in table.extra.items()}, table.source,
-    )
 
 
 @lru_cache(maxsize=None)
 def grid_data(name):
     """A grid of grids.json as GridData (its configs, prompt filter and memory column applied)."""
-    spec = GRIDS[name]
-    table = OutcomeTable.read_csv(DATA / spec["file"])
-    if "configs" in spec:
-        table = table.select(spec["configs"])
-    if "prompts" in spec:
-        table = prompts_of_task(table, spec["prompts"])
-    cost = spec["cost"]
-    if cost == "memory":
-        table, cost = table.with_column("memory_gb", spec["memory_gb"]), "memory_gb"
-    return GridData.from_table(table, spec["reference"], cost, label=name)
+    table, cost, reference = published_table(name)
+    return GridData.from_table(table, reference, cost, label=name)
 
 
 # --------------------------------------------------------------------------- published figures

@@ -9,22 +9,12 @@ from pathlib import Path
 import pytest
 
 from pytest_redline import risk
-from pytest_redline.outcomes import OutcomeTable
-
-DATA = Path(__file__).parent / "data" / "redline"
-GRIDS = json.loads((DATA / "grids.json").read_text())
-
+from published import published_table
 
 def load(grid_name):
-    """(table, cost, lower_is_better) for a grid of grids.json."""
-    grid = GRIDS[grid_name]
-    table = OutcomeTable.read_csv(DATA / grid["file"])
-    if "configs" in grid:
-        table = table.select(grid["configs"])
-    if grid["cost"] == "memory":
-        table = table.with_column("memory_gb", grid["memory_gb"])
-        return table, table.cost("memory_gb"), True, grid["reference"]
-    return table, table.cost(grid["cost"]), False, grid["reference"]
+    """(table, cost, lower_is_better, reference) for a grid of grids.json."""
+    table, cost, reference = published_table(grid_name)
+    return table, table.cost(cost), cost == "memory_gb", reference
 
 
 def certify(grid_name, alpha):
