@@ -6,7 +6,6 @@ from the vendored outcomes in tests/data/redline/ with the paper's full protocol
 import json
 from fractions import Fraction
 from functools import lru_cache
-from pathlib import Path
 
 import numpy as np
 import pytest

@@ -3,8 +3,6 @@
 delta = 0.10 and the reference counted in the Holm family (``family="all"``, the default).
 The data and its source note are in tests/data/redline/.
 """
-import json
-from pathlib import Path
 
 import pytest
 
