@@ -51,7 +51,9 @@ class GridRecord:
         return sum(entry.source == source for entry in self.entries.values())
 
     def regressions(self) -> list[dict[str, str]]:
-        return [e.regression for e in self.entries.values() if e.regression is not None]
+        """Regressions in grid order (configs, then prompts), however the reports arrived."""
+        ordered = (self.entries.get((c, p.id)) for c in self.cal.configs for p in self.cal.prompts)
+        return [e.regression for e in ordered if e is not None and e.regression is not None]
 
     def table(self):
         """The complete outcomes as an :class:`~pytest_redline.outcomes.OutcomeTable`."""

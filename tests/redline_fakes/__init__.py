@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 import time
 from pathlib import Path
 
@@ -88,6 +89,8 @@ class FakeEngine:
         return out
 
 
+# Plugins the gate's tests do not need; hypothesis's and benchmark's slow down every run.
+QUIET = ("-p", "no:cacheprovider", "-p", "no:hypothesispytest", "-p", "no:benchmark", "-p", "no:anyio")
 DIST_INFO = "redline_fakes-0.0.dist-info"
 ENTRY_POINTS = """\
 [redline.engines]
@@ -149,10 +152,18 @@ class Project:
 
     def run(self, *args: str):
         """In process (the outer process already imported pytest_redline: no rewrite warning)."""
-        return self.pytester.runpytest("-p", "no:cacheprovider", "-W", "ignore::pytest.PytestAssertRewriteWarning", *args)
+        return self.pytester.runpytest(*QUIET, "-W", "ignore::pytest.PytestAssertRewriteWarning", *args)
 
-    def run_subprocess(self, *args: str, timeout: float = 120):
-        return self.pytester.runpytest_subprocess("-p", "no:cacheprovider", *args, timeout=timeout)
+    def run_subprocess(self, *args: str, timeout: float = 300):
+        """In a subprocess: for xdist (its workers take sys.path as it was when xdist was imported)."""
+        return self.pytester.runpytest_subprocess(*QUIET, *args, timeout=timeout)
+
+    def command(self, *args: str) -> list[str]:
+        """A pytest command line for a subprocess in this folder."""
+        return [sys.executable, "-m", "pytest", *QUIET, *args]
+
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "PYTHONPATH": os.pathsep.join([str(self.path), os.environ.get("PYTHONPATH", "")])}
 
     def report(self, name: str = "report.json") -> dict:
         return json.loads((self.path / name).read_text())

@@ -1,0 +1,56 @@
+"""End-to-end: the paper's published LLaDA2 math outcomes gated through pytest by `replay`.
+
+Published (Table 2, the first 7 configs, delta = 0.10): at alpha = 0.10 Redline deploys
+acc85/semi70 with +37.5 % TPF and -4.0 accuracy points; alpha_min is 0.07. At alpha = 0.05
+acc85/semi70 is not certified (its observed risk 0.072 exceeds alpha).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from redline_fakes import Project
+
+pytest_plugins = ["pytester"]
+
+DATA = Path(__file__).parent / "data" / "redline" / "llada2_math.csv"
+GRID = f"""\
+name: llada2-math-published
+engine: replay
+engine_args: {{outcomes: {DATA}}}
+cost: tpf
+reference: acc95/semi90
+configs: [acc85/semi70, acc85/semi90, acc90/semi70, acc90/semi90, acc95/semi70, acc95/semi90, acc99/semi90]
+deploy: fastest
+"""
+
+
+@pytest.fixture
+def project(pytester: pytest.Pytester) -> Project:
+    return Project(pytester)
+
+
+def test_replay_reproduces_published_llada2_math(project: Project) -> None:
+    project.grid(GRID)
+    selected = project.run("--redline-alpha=0.1", "--redline-report=select.json")
+    assert selected.ret == 0
+    assert selected.parseoutcomes() == {"passed": 6733, "regressed": 351}
+    selected.stdout.fnmatch_lines([
+        "*CERTIFIED (llada2-math-published, select): deploy acc85/semi70 (+37.5% tpf, -4.0 accuracy points)*",
+        "*REDLINE CERTIFIED: 1 grid*",
+    ])
+    report = project.report("select.json")
+    assert (report["n"], report["m"], report["deployed"], report["alpha_min"]) == (1012, 7, "acc85/semi70", 0.07)
+    deployed = report["configs"][0]
+    assert deployed["name"] == "acc85/semi70"
+    assert round(deployed["gain"], 1) == 37.5 and round(deployed["net_accuracy_points"], 1) == -4.0
+
+    gated = project.run("--redline-alpha=0.05", "--redline-deploy", "acc85/semi70", "--redline-report=gate.json")
+    assert gated.ret == 1
+    gated.stdout.fnmatch_lines([
+        "*acc85/semi70*73*0.0721*NOT valid*no n would certify it: risk 0.0721 >= alpha*",
+        "*outcomes: 7084 reused from the store, 0 decoded*",
+        "*NOT CERTIFIED (llada2-math-published, gate): 1 of 1 required configs not valid at alpha=0.05: acc85/semi70*",
+        "*REDLINE NOT CERTIFIED: llada2-math-published (exit status 1)*",
+    ])
+    assert project.report("gate.json")["certified"] is False
