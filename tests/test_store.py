@@ -1,0 +1,196 @@
+"""The outcome store: round trips, keys, leases, concurrent writers, and refusing bad files."""
+from __future__ import annotations
+
+import multiprocessing
+import os
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from pytest_redline.store import FILENAME, OutcomeStore, StoredOutcome, StoreError, content_key
+
+numbers = st.one_of(st.none(), st.floats(min_value=0, max_value=1e9, allow_nan=False))
+outcomes = st.builds(
+    StoredOutcome,
+    correct=st.booleans(),
+    tokens=numbers,
+    forwards=numbers,
+    extra=st.dictionaries(st.text(min_size=1, max_size=8), st.floats(allow_nan=False, allow_infinity=False), max_size=3),
+    text=st.text(max_size=200),
+    session=st.text(max_size=8),
+)
+
+
+@pytest.fixture
+def store(tmp_path: Path):
+    s = OutcomeStore.open(tmp_path / ".redline")
+    yield s
+    s.close()
+
+
+@settings(max_examples=40, deadline=None)
+@given(outcome=outcomes)
+@example(outcome=StoredOutcome(True, None, None, {}, "", ""))
+@example(outcome=StoredOutcome(False, 0.0, 0.0, {"memory_gb": 4.015}, "λ ∑ \x00 multi\nline", "s"))
+def test_roundtrip_outcome_store(tmp_path_factory: pytest.TempPathFactory, outcome: StoredOutcome) -> None:
+    folder = tmp_path_factory.mktemp("store")
+    with_store = OutcomeStore.open(folder)
+    with_store.put("k", outcome, grid="g", config="c", prompt="p")
+    with_store.close()
+    reopened = OutcomeStore.open(folder)  # committed: visible from a new connection
+    assert reopened.get(["k", "absent"]) == {"k": outcome}
+    reopened.close()
+
+
+def test_idempotent_put_keeps_first(store: OutcomeStore) -> None:
+    first, second = StoredOutcome(True, 1, 1, {}, "a", "s1"), StoredOutcome(False, 2, 2, {}, "b", "s2")
+    store.put("k", first)
+    store.put("k", second)
+    assert store.get(["k"]) == {"k": first}
+    assert store.count() == 1
+
+
+def test_get_many_keys(store: OutcomeStore) -> None:
+    for i in range(1200):  # more than one IN (...) chunk
+        store.put(f"k{i}", StoredOutcome(i % 2 == 0, i, 1))
+    found = store.get([f"k{i}" for i in range(0, 1300, 3)])
+    assert len(found) == 400
+    assert found["k999"] == StoredOutcome(False, 999.0, 1.0)
+
+
+@given(st.dictionaries(st.text(max_size=5), st.integers() | st.text(max_size=5), max_size=6))
+def test_content_key_ignores_key_order(parts: dict) -> None:
+    assert content_key(parts) == content_key(dict(reversed(list(parts.items()))))
+
+
+@given(st.dictionaries(st.text(max_size=5), st.integers(), min_size=1, max_size=6), st.data())
+def test_content_key_changes_with_any_part(parts: dict, data: st.DataObject) -> None:
+    key = data.draw(st.sampled_from(sorted(parts)))
+    changed = {**parts, key: parts[key] + 1}
+    assert content_key(changed) != content_key(parts)
+
+
+def test_folder_created_with_gitignore(tmp_path: Path) -> None:
+    OutcomeStore.open(tmp_path / "deep" / ".redline").close()
+    assert (tmp_path / "deep" / ".redline" / ".gitignore").read_text().endswith("*\n")
+    assert not [p for p in (tmp_path / "deep").iterdir() if p.name != ".redline"]  # no temporary folder left
+
+
+def test_wal_journal(store: OutcomeStore) -> None:
+    con = sqlite3.connect(store.path)
+    assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    con.close()
+
+
+# --------------------------------------------------------------------------- leases
+
+
+def test_lease_excludes_other_live_owner(store: OutcomeStore, tmp_path: Path) -> None:
+    assert store.take_lease("batch")
+    assert store.take_lease("batch")  # the holder may take it again
+    other = OutcomeStore(store.path)
+    other.owner = "elsewhere:1"
+    try:
+        with sqlite3.connect(store.path) as con:  # make the holder another live process: our parent
+            con.execute("UPDATE leases SET owner = 'parent', pid = ?", (os.getppid(),))
+        assert not other.take_lease("batch")
+        with sqlite3.connect(store.path) as con:
+            con.execute("DELETE FROM leases")
+        assert other.take_lease("batch")
+        assert not store.take_lease("batch")  # held by `other`, a live process (this one)
+    finally:
+        other.close()
+
+
+def test_lease_of_dead_process_is_taken_over(store: OutcomeStore) -> None:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()  # dead and reaped: its pid is free
+    with sqlite3.connect(store.path) as con:
+        con.execute("INSERT INTO leases VALUES ('batch', 'dead', ?, ?, 0)", (store.owner.split(":")[0], child.pid))
+    assert store.take_lease("batch")
+
+
+def test_lease_of_zombie_is_taken_over(store: OutcomeStore) -> None:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:
+        time.sleep(0.5)  # it exits, but is not reaped yet: a zombie
+        with sqlite3.connect(store.path) as con:
+            con.execute("INSERT INTO leases VALUES ('batch', 'zombie', ?, ?, 0)", (store.owner.split(":")[0], child.pid))
+        assert store.take_lease("batch")
+    finally:
+        child.wait()
+
+
+def test_release_only_own_lease(store: OutcomeStore) -> None:
+    store.take_lease("batch")
+    other = OutcomeStore(store.path)
+    other.owner = "elsewhere:1"
+    other.release("batch")
+    other.close()
+    with sqlite3.connect(store.path) as con:
+        assert con.execute("SELECT COUNT(*) FROM leases").fetchone()[0] == 1
+    store.release("batch")
+    with sqlite3.connect(store.path) as con:
+        assert con.execute("SELECT COUNT(*) FROM leases").fetchone()[0] == 0
+
+
+# --------------------------------------------------------------------------- concurrency
+
+
+def _writer(folder: str, start: int) -> None:
+    store = OutcomeStore.open(folder)
+    for i in range(start, start + 150):
+        store.put(f"k{i}", StoredOutcome(True, i, 1))
+    store.close()
+
+
+def test_concurrent_writers_lose_nothing(tmp_path: Path) -> None:
+    folder = str(tmp_path / ".redline")
+    context = multiprocessing.get_context("spawn")
+    workers = [context.Process(target=_writer, args=(folder, start)) for start in (0, 100, 200)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(60)
+        assert w.exitcode == 0
+    store = OutcomeStore.open(folder)
+    assert store.count() == 350  # 0..349, overlaps written once
+    store.close()
+
+
+# --------------------------------------------------------------------------- refusing bad files
+
+
+def test_refuses_non_database(tmp_path: Path) -> None:
+    (tmp_path / FILENAME).write_bytes(b"not sqlite" * 500)
+    with pytest.raises(StoreError, match=rf"outcome store .*{FILENAME}: not a usable outcome store \(file is not a database\)"):
+        OutcomeStore(tmp_path / FILENAME)
+
+
+def test_refuses_foreign_database(tmp_path: Path) -> None:
+    with sqlite3.connect(tmp_path / FILENAME) as con:
+        con.execute("CREATE TABLE notes (x)")
+    with pytest.raises(StoreError, match=r"a foreign SQLite database \(tables: notes\), not ours"):
+        OutcomeStore(tmp_path / FILENAME)
+
+
+def test_refuses_other_schema_versions(tmp_path: Path) -> None:
+    OutcomeStore(tmp_path / FILENAME).close()
+    with sqlite3.connect(tmp_path / FILENAME) as con:
+        con.execute("UPDATE redline_schema SET version = 0")
+    with pytest.raises(StoreError, match=r"written by an older pytest-redline \(schema 0, this one reads 1\)"):
+        OutcomeStore(tmp_path / FILENAME)
+
+
+def test_refuses_damaged_schema(tmp_path: Path) -> None:
+    OutcomeStore(tmp_path / FILENAME).close()
+    with sqlite3.connect(tmp_path / FILENAME) as con:
+        con.execute("DROP TABLE leases")
+    with pytest.raises(StoreError, match="damaged: tables leases are missing"):
+        OutcomeStore(tmp_path / FILENAME)
