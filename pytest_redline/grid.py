@@ -23,7 +23,7 @@ KEYS = (
     "reference", "configs", "deploy", "delta", "batch_size", "timeout",
 )
 CONFIG_ENGINE_KEYS = ("engine", "engine_args")
-PATH_KEYS = frozenset({"model", "outcomes", "path", "data", "draft", "target"})
+PATH_KEYS = frozenset({"model", "outcomes", "path", "data", "draft", "target", "trace"})
 BUILTIN_DIRECTIONS = {"tpf": "higher", "apf": "higher", "memory": "lower"}
 DEFAULT_BATCH_SIZE = 16
 FASTEST = "fastest"

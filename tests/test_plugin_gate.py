@@ -263,3 +263,14 @@ def test_roundtrip_outcome_csv_through_replay(project: Project) -> None:
         {k: v for k, v in c.items() if k not in strip} for c in replayed["configs"]
     ]
     assert replayed["deployed"] == live["deployed"] == "fast"
+
+
+def test_stop_after_first_error_is_partial(project: Project) -> None:
+    project.grid(configs="{ref: {forwards: 10}, fast: {forwards: 5, fail_on: q5}}")
+    result = project.run(ALPHA, "-x")
+    assert result.ret == 1
+    result.stdout.fnmatch_lines([
+        "*PARTIAL RUN: 60 of 120 items produced no outcome*",
+        "*errored: 1 (fast::q0)*",
+        "*not run: 59 (fast::q1, fast::q2, fast::q3, ... (56 more))*",
+    ])
