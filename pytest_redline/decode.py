@@ -179,8 +179,10 @@ class Decoder:
 
     def _generate(self, engine: Any, prompts: list, params: Mapping[str, Any]) -> list:
         timeout = self.cal.grid.timeout
-        if timeout is None or threading.current_thread() is not threading.main_thread():
+        if timeout is None:
             return list(engine.generate(prompts, params))
+        if threading.current_thread() is not threading.main_thread():
+            raise RuntimeError("the grid key timeout needs pytest's main thread (it uses SIGALRM)")
 
         def expire(signum, frame):
             raise BatchTimeout(f"timed out after {timeout:g} s (grid key timeout)")

@@ -149,6 +149,7 @@ def grid_report(v: GridVerdict) -> dict[str, Any]:
         "delta_share": cal.delta_share,
         "grids_in_session": cal.grids_in_session,
         "correction": cal.correction,
+        "family": "all",  # the reference counts in the Holm family (the paper's convention)
         "n": cal.n,
         "m": cal.m,
         "reference": cal.reference,
@@ -160,7 +161,7 @@ def grid_report(v: GridVerdict) -> dict[str, Any]:
         "certified": v.certified,
         "complete": v.complete,
         "required": list(v.required),
-        "not_certified": list(v.not_certified) if v.complete else list(v.required),
+        "not_certified": list(v.not_certified),
         "alpha_min": v.alpha_min,
         "configs": _configs(v),
         "regressions": v.record.regressions(),

@@ -38,18 +38,19 @@ class Gate:
         engines: EngineBook,
         store: OutcomeStore,
         session_id: str,
-        temp_dir: Path | None,
-        progress: Callable[[str], None],
+        temp_dir: Path | None = None,
+        progress: Callable[[str], None] = lambda line: None,
+        collect_only: bool = False,
     ) -> None:
         self.options, self.engines, self.store = options, engines, store
         self.session_id, self.temp_dir, self.progress = session_id, temp_dir, progress
+        self.collect_only = collect_only  # --collect-only runs nothing, so it judges nothing
         self._calibrations = calibrations
         self._decoders: dict[str, Decoder] = {}
         self.ledger = Ledger(calibrations.values())
         self.deselected_ids: list[tuple[str, str, str]] = []
         self.verdicts: list[GridVerdict] = []
         self.file_notes: list[str] = []
-        self.collect_only = False  # set by start(): --collect-only runs nothing, so judges nothing
 
     # ------------------------------------------------------------------ start and stop
 
@@ -66,8 +67,7 @@ class Gate:
                 calibrations[path] = prepare(load_grid(path), _label(path, Path(config.rootpath)), level, engines)
             except GridError as e:
                 raise pytest.UsageError(str(e)) from None
-        shared = getattr(config, "workerinput", {}).get(PAYLOAD)
-        session_id = shared["session"] if shared else uuid.uuid4().hex
+        shared = getattr(config, "workerinput", {}).get(PAYLOAD)  # from the xdist controller
         temp_dir = None
         if shared and shared["store_dir"]:
             folder = Path(shared["store_dir"])
@@ -79,9 +79,9 @@ class Gate:
             store = OutcomeStore.open(folder)
         except StoreError as e:
             raise pytest.UsageError(str(e)) from None
-        gate = cls(options, calibrations, engines, store, session_id, temp_dir, progress_writer(config))
-        gate.collect_only = bool(config.option.collectonly)
-        return gate
+        session_id = shared["session"] if shared else uuid.uuid4().hex
+        return cls(options, calibrations, engines, store, session_id, temp_dir, progress_writer(config),
+                   collect_only=bool(config.option.collectonly))
 
     def worker_input(self) -> dict[str, Any]:
         """What workers need from the controller: the session id and a --redline-no-cache store."""
