@@ -75,6 +75,11 @@ class GridRecord:
         )
 
 
+def is_regression(report: Any) -> bool:
+    """A passed call whose item regressed (reference right, candidate wrong)."""
+    return report.when == "call" and report.passed and ("regression", True) in map(tuple, report.user_properties)
+
+
 class Ledger:
     def __init__(self, calibrations: Iterable[Calibration]) -> None:
         self._cals = {cal.label: cal for cal in calibrations}

@@ -6,11 +6,16 @@ installed, :class:`XdistHooks`) are registered around one :class:`~pytest_redlin
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 
 from pytest_redline.options import add_options
 
-GATE = pytest.StashKey["object"]()
+if TYPE_CHECKING:
+    from pytest_redline.session import Gate
+
+GATE = pytest.StashKey["Gate"]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -38,7 +43,9 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 class GateHooks:
-    def __init__(self, gate, worker: bool) -> None:
+    """The gate's hooks, in the controller (or a serial session) and in xdist workers."""
+
+    def __init__(self, gate: "Gate", worker: bool) -> None:
         self.gate, self.worker = gate, worker
 
     def pytest_collect_file(self, file_path, parent):
@@ -59,9 +66,9 @@ class GateHooks:
             self.gate.ledger.record(report)
 
     def pytest_report_teststatus(self, report: pytest.TestReport):
-        if report.when == "call" and report.passed and ("regression", True) in map(tuple, report.user_properties):
-            return "regressed", "R", ("REGRESSED", {"yellow": True})
-        return None
+        from pytest_redline.ledger import is_regression
+
+        return ("regressed", "R", ("REGRESSED", {"yellow": True})) if is_regression(report) else None
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         if self.worker:
@@ -77,7 +84,7 @@ class GateHooks:
 class XdistHooks:
     """Controller-side xdist hooks (registered only when xdist is installed)."""
 
-    def __init__(self, gate) -> None:
+    def __init__(self, gate: "Gate") -> None:
         self.gate = gate
 
     def pytest_configure_node(self, node) -> None:
