@@ -148,7 +148,7 @@ def test_equivalent_skip_placeholders_fewer_flops(tiny):
     assert all(s.extra["flops"] < c.extra["flops"] for s, c in zip(skipped, computed))
 
 
-REAL = ArithmeticSuite(n=24, seed=5).prompts()
+REAL = ArithmeticSuite(n=16, seed=5).prompts()
 REAL_CONFIGS = [{}, {"accept_threshold": 0.8, "semi_complete_threshold": 0.7, "buffer_size": 3}, {"skip_masked_blocks": True}]
 
 
