@@ -34,6 +34,7 @@ __all__ = [
     "binom_pvalue",
     "bonferroni",
     "certify",
+    "certify_counts",
     "clopper_pearson_interval",
     "clopper_pearson_upper",
     "critical_count",
@@ -625,16 +626,30 @@ def _problem(correct, cost, reference, delta, names, lower_is_better, gain, corr
     if c.ndim != 2 or c.shape[0] < 1 or c.shape[1] < 1:
         raise ValueError(f"correct must be a non-empty 2-d (configs x prompts) array, got shape {c.shape}.")
     m, n = c.shape
+    names, reference = _names_and_reference(names, reference, m, "row of correct")
+    v = violations(c, reference)
+    accuracy = np.count_nonzero(np.asarray(c, dtype=bool), axis=1) / n
+    return _counts_problem(v, accuracy, n, cost, reference, delta, names, lower_is_better, gain, correction, family, eligible)
+
+
+def _names_and_reference(names, reference, m: int, what: str) -> tuple[tuple[str, ...], int]:
     if names is None:
         names = tuple(f"config{i}" for i in range(m))
     names = tuple(str(x) for x in names)
     if len(names) != m or len(set(names)) != m:
-        raise ValueError(f"names must be {m} distinct names, one per row of correct; got {list(names)!r}.")
+        raise ValueError(f"names must be {m} distinct names, one per {what}; got {list(names)!r}.")
     if isinstance(reference, str):
         if reference not in names:
             raise ValueError(f"reference ({reference!r}) is not a config; configs: {', '.join(names)}.")
         reference = names.index(reference)
-    v = violations(c, reference)
+    ref = operator.index(reference)
+    if not 0 <= ref < m:
+        raise ValueError(f"reference ({reference!r}) must index a {what} (0 .. {m - 1}).")
+    return names, ref
+
+
+def _counts_problem(v, accuracy, n, cost, reference, delta, names, lower_is_better, gain, correction, family, eligible) -> _Problem:
+    m = len(names)
     cost = np.asarray(cost, dtype=float)
     if cost.shape != (m,) or not np.all(np.isfinite(cost)) or not np.all(cost > 0):
         raise ValueError(f"cost ({cost!r}) must hold {m} positive finite numbers, one per config.")
@@ -647,7 +662,6 @@ def _problem(correct, cost, reference, delta, names, lower_is_better, gain, corr
         raise ValueError(f"eligible ({eligible!r}) must be a boolean mask with one entry per config ({m}).")
     deployable = deployable.copy()
     deployable[reference] = True
-    accuracy = np.count_nonzero(np.asarray(c, dtype=bool), axis=1) / n
     return _Problem(names, reference, v, accuracy, cost, n, delta, bool(lower_is_better), gain, correction, family, deployable)
 
 
@@ -770,6 +784,47 @@ def certify(
     """
     alpha = _open_unit("alpha", alpha)
     prob = _problem(correct, cost, reference, delta, names, lower_is_better, gain, correction, family, eligible)
+    return _results(prob, np.array([alpha]))[0]
+
+
+def certify_counts(
+    violations: Any,
+    n: int,
+    cost: Any,
+    reference: int | str,
+    alpha: float,
+    delta: float = 0.10,
+    *,
+    accuracy: Any = None,
+    names: Sequence[str] | None = None,
+    lower_is_better: bool = False,
+    gain: str | None = None,
+    correction: str = "holm",
+    family: str = "all",
+    eligible: Any = None,
+) -> RedlineResult:
+    """:func:`certify` from violation counts instead of the outcome matrix.
+
+    For when the counts are all that is known, or bounds that decide the test (the gate's
+    early stopping, :mod:`pytest_redline.schedule`). ``violations`` holds one count in
+    [0, n] per config; ``accuracy`` (optional, one fraction per config) only feeds the
+    reported accuracy and net accuracy (NaN without it). The other arguments are
+    :func:`certify`'s.
+
+    >>> certify_counts([0, 3, 40], 300, [1.0, 1.5, 2.0], 0, 0.05).valid.tolist()
+    [True, True, False]
+    """
+    alpha = _open_unit("alpha", alpha)
+    n = _positive_int("n", n)
+    v = _counts("violations", violations, n)
+    if v.ndim != 1 or v.size < 1:
+        raise ValueError(f"violations ({violations!r}) must be a non-empty 1-d sequence of counts.")
+    m = v.size
+    names, reference = _names_and_reference(names, reference, m, "violation count")
+    acc = np.full(m, np.nan) if accuracy is None else np.asarray(accuracy, dtype=float)
+    if acc.shape != (m,):
+        raise ValueError(f"accuracy ({accuracy!r}) must hold {m} fractions, one per config.")
+    prob = _counts_problem(v, acc, n, cost, reference, delta, names, lower_is_better, gain, correction, family, eligible)
     return _results(prob, np.array([alpha]))[0]
 
 

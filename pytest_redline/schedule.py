@@ -1,0 +1,120 @@
+"""Which prompts each candidate is decoded on: reference first, then exact early stopping.
+
+A prompt the reference answers wrongly can never add to any V(lambda), so candidates skip
+it. The reference-correct prompts are visited in one random order fixed by a seed (shared
+by all candidates), ``batch_size`` at a time, and a candidate stops as soon as its verdict
+is decided whatever its remaining prompts show:
+
+- **cannot be certified**: its lowest possible final p-value, ``P[Bin(n, alpha) <= V_so_far]``,
+  exceeds the most lenient threshold of the correction (Holm: delta, its last step;
+  Bonferroni: delta / m, its only one), so no outcome of the rest can make it valid;
+- **certain to pass**: even if every remaining reference-correct prompt regressed,
+  ``P[Bin(n, alpha) <= V_so_far + remaining] <= delta / m``, the strictest threshold, which a
+  config always passes whatever the other configs' p-values are.
+
+Why the certificate is unchanged: Holm's step-down rejects every p-value at or below
+delta / m, and never one above delta; between the two, a config's fate depends only on the
+p-values at or below its own. A config stopped as *certain* has a true p-value at or below
+delta / m, and one stopped as *cannot* a true p-value above delta, so replacing their exact
+p-values by the bounds (:meth:`StopRule.bound`) leaves every config's valid / not-valid
+status as the full run's. Every other candidate runs on every reference-correct prompt,
+so its V(lambda) is exact.
+
+Plain numpy; no pytest, no store. ``Decoder`` drives :meth:`Schedule.run` with a fetch
+function, and the verdict checks every stop again with :meth:`StopRule.decide`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+
+CANNOT = "cannot be certified"
+CERTAIN = "certain to pass"
+STOPS = (CANNOT, CERTAIN)
+REFERENCE_WRONG = "reference wrong on this prompt"
+EARLY_STOP = "early stop, verdict already decided"
+
+
+@dataclass(frozen=True)
+class StopRule:
+    """When a candidate's verdict is decided, from its violations so far and what is left.
+
+    ``pass_count`` is the largest V whose p-value is at most delta / m, and ``fail_count``
+    the largest V whose p-value is at most the most lenient threshold (both from
+    :func:`~pytest_redline.risk.critical_count`, the function the test itself uses).
+    """
+
+    n: int
+    pass_count: int
+    fail_count: int
+
+    @classmethod
+    def of(cls, n: int, alpha: float, delta: float, m: int, correction: str) -> "StopRule":
+        from pytest_redline.risk import critical_count
+
+        strictest = delta / m
+        lenient = delta if correction == "holm" else strictest
+        return cls(n, critical_count(n, alpha, strictest), critical_count(n, alpha, lenient))
+
+    def decide(self, violations: int, unknown: int) -> str | None:
+        """:data:`CANNOT`, :data:`CERTAIN`, or None while the rest could still change the verdict.
+
+        ``unknown`` counts the reference-correct prompts without an outcome yet.
+        """
+        if violations > self.fail_count:
+            return CANNOT
+        if violations + unknown <= self.pass_count:
+            return CERTAIN
+        return None
+
+    @staticmethod
+    def bound(violations: int, unknown: int, stop: str | None) -> int:
+        """The violation count the certificate uses: exact when nothing is unknown, else the
+        bound that decided it (lower for CANNOT, upper for CERTAIN)."""
+        return violations + unknown if stop == CERTAIN else violations
+
+
+@dataclass(frozen=True)
+class CandidateRun:
+    """What one candidate was decoded on, and why it stopped (None: it ran to the end)."""
+
+    ran: tuple[int, ...]  # prompt indices, in the order decoded
+    stop: str | None  # CANNOT or CERTAIN when it stopped with reference-correct prompts left
+    violations: int
+    unknown: int  # reference-correct prompts without an outcome (not reached, or errored)
+
+
+class Schedule:
+    """The candidates' batches: reference-correct prompts in a seeded order, and the stop rule."""
+
+    def __init__(self, n: int, batch_size: int, seed: int, rule: StopRule) -> None:
+        self.n, self.batch_size, self.seed, self.rule = n, batch_size, seed, rule
+        self.order = np.random.default_rng(seed).permutation(n)
+
+    def batches(self, reference_correct: Sequence[bool]) -> list[tuple[int, ...]]:
+        """Reference-correct prompts in the seeded order, ``batch_size`` at a time; each batch
+        in prompt order (batches are formed in prompt order, for reproducibility)."""
+        visit = [int(i) for i in self.order if reference_correct[i]]
+        return [tuple(sorted(visit[k:k + self.batch_size])) for k in range(0, len(visit), self.batch_size)]
+
+    def run(
+        self,
+        reference_correct: Sequence[bool],
+        fetch: Callable[[tuple[int, ...]], Mapping[int, bool]],
+    ) -> CandidateRun:
+        """Decode batch after batch with ``fetch`` (prompt index -> correct; an index missing
+        from its answer had no outcome) until the rule decides or the prompts run out."""
+        batches = self.batches(reference_correct)
+        unknown = sum(len(b) for b in batches)
+        violations, ran = 0, []
+        for batch in batches:
+            stop = self.rule.decide(violations, unknown)
+            if stop is not None:
+                return CandidateRun(tuple(ran), stop, violations, unknown)
+            results = fetch(batch)
+            ran += batch
+            unknown -= sum(i in results for i in batch)
+            violations += sum(results.get(i) is False for i in batch)
+        return CandidateRun(tuple(ran), None, violations, unknown)
