@@ -53,6 +53,7 @@ class TrainConfig:
     weight_decay: float = 0.1
     grad_clip: float = 1.0
     block_sizes: tuple[int, ...] = (4, 8, 16)
+    causal_warmup: int = 500  # first steps: block size 1, every answer token masked (= next-token training)
     edit_prob: float = 0.05
     eval_every: int = 200
     threads: int = 1  # one thread: deterministic, and robust on a shared CPU
@@ -114,6 +115,8 @@ def bd_loss(model, batch: Batch, cfg: TrainConfig, gen: torch.Generator, mask_id
     in_loss = answer & (pos[None, :] < last[:, None])
 
     ratio = torch.rand(n, length // block_size, generator=gen)[:, block]  # per block, U(0, 1)
+    if block_size == 1:  # the causal warm-up: each token predicted from the clean tokens before it
+        ratio = torch.ones_like(ratio)
     masked = answer & (torch.rand(n, length, generator=gen) < ratio)
     edited = answer & ~masked & (torch.rand(n, length, generator=gen) < cfg.edit_prob)
     noise = torch.randint(n_special, vocab, (n, length), generator=gen)
@@ -203,7 +206,8 @@ def train(cfg: TrainConfig) -> None:
     for step in range(cfg.steps):
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step, cfg)
-        loss = loss_fn(model, next(data), cfg, gen, *args)
+        phase = dataclasses.replace(cfg, block_sizes=(1,)) if step < cfg.causal_warmup else cfg
+        loss = loss_fn(model, next(data), phase, gen, *args)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)

@@ -1,16 +1,13 @@
 """The synthetic arithmetic suite: seeded problems with step-by-step solutions and integer answers.
 
-Four families, each written so that every step needs only nearby context. Operand digits carry
-place markers (``u`` units, ``t`` tens, ``h`` hundreds: ``347`` is written ``h3t4u7``) and each
-column step starts with its marker, so a step finds its operand digits by content, not by
-counting positions (a 1M-parameter trial without markers failed at exactly that):
+Four families, each written so that every step needs only nearby context:
 
-- ``add``: ``h3t4u7+h5t8u9=`` -> ``u7+9+0=16,t4+8+1=13,h3+5+1=09#936`` (columns from the lowest
-  digit, each ``a+b+carry=two digits``);
-- ``sub``: ``h5t8u3-h2t4u7=`` -> ``u13-0-7=6,t8-1-4=3,h5-0-2=3#336`` (a borrowed column shows
-  ``1x``; each column subtracts the borrow, then the digit);
-- ``mul``: ``h3t4u7*6=`` -> ``u7*6+0=42,t4*6+4=28,h3*6+2=20#2082`` (a 2-3 digit number times one
-  digit, columns with carries);
+- ``add``: ``347+589=`` -> ``7+9+0=16,4+8+1=13,3+5+1=09#936`` (columns from the lowest digit,
+  each ``a+b+carry=two digits``);
+- ``sub``: ``583-247=`` -> ``13-0-7=6,8-1-4=3,5-0-2=3#336`` (a borrowed column shows ``1x``,
+  each column subtracts the borrow, then the digit);
+- ``mul``: ``347*6=`` -> ``7*6+0=42,4*6+4=28,3*6+2=20#2082`` (a product of a 2-3 digit number
+  and one digit, columns with carries);
 - ``odd``: ``1+3+..+9=`` -> ``1+3=4,4+5=9,9+7=16,16+9=25#25`` (running sums of consecutive odd
   numbers; the sum of the first N odd numbers when it starts at 1).
 
@@ -62,23 +59,14 @@ def _reversed_digits(x: int, width: int) -> list[int]:
     return [int(c) for c in reversed(str(x).zfill(width))]
 
 
-PLACES = "uth"  # units, tens, hundreds: the place markers
-
-
-def _marked(x: int) -> str:
-    """``347`` -> ``h3t4u7``: every digit follows the marker of its place."""
-    digits = str(x)
-    return "".join(PLACES[len(digits) - 1 - i] + d for i, d in enumerate(digits))
-
-
 def addition(a: int, b: int) -> Problem:
     width = max(len(str(a)), len(str(b)))
     steps, carry = [], 0
     for x, y in zip(_reversed_digits(a, width), _reversed_digits(b, width)):
         total = x + y + carry
-        steps.append(f"{PLACES[len(steps)]}{x}+{y}+{carry}={total:02d}")
+        steps.append(f"{x}+{y}+{carry}={total:02d}")
         carry = total // 10
-    return Problem("add", f"{_marked(a)}+{_marked(b)}=", ",".join(steps) + f"{ANSWER_MARK}{a + b}", a + b)
+    return Problem("add", f"{a}+{b}=", ",".join(steps) + f"{ANSWER_MARK}{a + b}", a + b)
 
 
 def subtraction(a: int, b: int) -> Problem:
@@ -89,9 +77,9 @@ def subtraction(a: int, b: int) -> Problem:
     for x, y in zip(_reversed_digits(a, width), _reversed_digits(b, width)):
         digit = x - borrow - y
         top = f"1{x}" if digit < 0 else f"{x}"
-        steps.append(f"{PLACES[len(steps)]}{top}-{borrow}-{y}={digit % 10}")
+        steps.append(f"{top}-{borrow}-{y}={digit % 10}")
         borrow = int(digit < 0)
-    return Problem("sub", f"{_marked(a)}-{_marked(b)}=", ",".join(steps) + f"{ANSWER_MARK}{a - b}", a - b)
+    return Problem("sub", f"{a}-{b}=", ",".join(steps) + f"{ANSWER_MARK}{a - b}", a - b)
 
 
 def product(a: int, b: int) -> Problem:
@@ -100,9 +88,9 @@ def product(a: int, b: int) -> Problem:
     steps, carry = [], 0
     for x in _reversed_digits(a, len(str(a))):
         total = x * b + carry
-        steps.append(f"{PLACES[len(steps)]}{x}*{b}+{carry}={total:02d}")
+        steps.append(f"{x}*{b}+{carry}={total:02d}")
         carry = total // 10
-    return Problem("mul", f"{_marked(a)}*{b}=", ",".join(steps) + f"{ANSWER_MARK}{a * b}", a * b)
+    return Problem("mul", f"{a}*{b}=", ",".join(steps) + f"{ANSWER_MARK}{a * b}", a * b)
 
 
 def odd_sum(start: int, count: int) -> Problem:
