@@ -1,6 +1,6 @@
 """Train the embedded block-diffusion Llama on the arithmetic suite's train split.
 
-    python -m engines.train --out engines/models/bd-tiny --steps 2400 --seed 0
+    python -m engines.train --out engines/models/bd-tiny --steps 1000 --causal-warmup 500 --seed 0
 
 Read top to bottom: the config, the data, the objective, the loop. Deterministic for a seed on a
 given machine (fixed thread count, seeded data stream, seeded noise).
@@ -14,6 +14,10 @@ ratio (prompt tokens never are), and a share ``edit_prob`` of the still-visible 
 replaced by random characters (the token-editing term). The loss is the cross-entropy at the
 masked and the edited positions, up to the end of the block holding the first EOS; positions
 after the EOS hold EOS, so the model learns to close a block.
+
+The first ``causal_warmup`` steps use block size 1 with every answer token masked: next-token
+prediction from the clean prefix, where fetching operand digits is learnt quickly; the
+block-diffusion phase then starts from a model that already reads the prompt.
 
 Another objective plugs in as one more entry of ``OBJECTIVES`` (a function of model, batch,
 config and generator returning the loss). ``objective = "ar"`` is the ordinary next-token loss
@@ -44,7 +48,7 @@ class TrainConfig:
     out: str = "engines/models/bd-tiny"
     objective: str = "bd"
     seed: int = 0
-    steps: int = 2400
+    steps: int = 1000
     batch_size: int = 64
     pool_batches: int = 16  # draw this many batches at once and group them by length
     lr: float = 3e-3

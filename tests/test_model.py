@@ -103,7 +103,7 @@ def test_auto_device_dtype_selection():
 def test_deterministic_training_for_seed(tmp_path):
     weights = []
     for run in ("a", "b"):
-        cfg = TrainConfig(out=str(tmp_path / run), steps=2, batch_size=4, pool_batches=2, eval_every=2, model=TINY)
+        cfg = TrainConfig(out=str(tmp_path / run), steps=2, causal_warmup=1, batch_size=4, pool_batches=2, eval_every=2, model=TINY)
         train(cfg)
         weights.append((tmp_path / run / "model.safetensors").read_bytes())
     assert weights[0] == weights[1]
