@@ -1,9 +1,9 @@
 """One grid, prepared for a session: its prompts, configs, engines and test level.
 
 :func:`prepare` finishes what the grid file alone cannot check, still before any model
-loads: that the engine and suite names are registered, that the suite has prompts, that
-``reference`` and ``deploy`` name configs, and that n is large enough for some config to
-pass at this alpha, delta and m. Every problem is a :class:`~pytest_redline.grid.GridError`.
+loads: that the engine and suite names are registered, that input paths exist, that the
+suite has prompts, that ``reference`` and ``deploy`` name configs, and that n is large
+enough for some config to pass at this alpha, delta and m. Every problem is a :class:`~pytest_redline.grid.GridError`.
 
 A grid without a suite takes its prompts and default configs from its engine (``replay``:
 the engine records them). That engine is built here; it loads no model.
@@ -38,6 +38,8 @@ class Calibration:
     grids_in_session: int
     correction: str
     deploy: str | None
+    seed: int = 0  # orders the candidates' prompts (pytest_redline.schedule)
+    full: bool = False  # --redline-full: every config on every prompt, no schedule
 
     @property
     def reference(self) -> str:
@@ -48,12 +50,23 @@ class Calibration:
         return MODES.get(self.deploy, "gate")
 
     @property
+    def replayed(self) -> bool:
+        """Recorded outcomes (no suite): every outcome exists already, at no cost."""
+        return self.suite is None
+
+    @property
     def n(self) -> int:
         return len(self.prompts)
 
     @property
     def m(self) -> int:
         return len(self.configs)
+
+    def stop_rule(self):
+        """When a candidate's verdict is decided (:class:`~pytest_redline.schedule.StopRule`)."""
+        from pytest_redline.schedule import StopRule
+
+        return StopRule.of(self.n, self.alpha, self.delta_share, self.m, self.correction)
 
     def collection_order(self) -> tuple[str, ...]:
         """The reference first (candidates need its outcomes), then the grid's order."""
@@ -69,11 +82,14 @@ class Level:
     grids_in_session: int
     correction: str
     deploy_override: str | None
+    seed: int = 0
+    full: bool = False
 
 
 def prepare(grid: Grid, label: str, level: Level, engines: EngineBook) -> Calibration:
     for key, name in _engine_names(grid):
         _registered(grid, key, registry.ENGINES, name)
+    grid.check_paths()
     if grid.suite is not None:
         _registered(grid, "suite", registry.SUITES, grid.suite)
         suite = _build_suite(grid)
@@ -91,6 +107,7 @@ def prepare(grid: Grid, label: str, level: Level, engines: EngineBook) -> Calibr
         grid=grid, label=label, configs=configs, params=params, engines=engine_of, suite=suite,
         prompts=prompts, alpha=level.alpha, delta=delta, delta_share=delta / level.grids_in_session,
         grids_in_session=level.grids_in_session, correction=level.correction, deploy=deploy,
+        seed=level.seed, full=level.full,
     )
     _check_n(cal)
     return cal

@@ -1,16 +1,24 @@
 """Getting outcomes: from the store when it has them, else from the engine, in batches.
 
 A :class:`Decoder` serves one grid in one process. It knows which (config, prompt)
-outcomes the session needs (:meth:`Decoder.need`, from the selected items; the reference
-is needed wherever a candidate is). The first time an outcome of a config is asked for,
-it gets all that config's needed outcomes: batches of ``batch_size`` prompts in prompt
-order (so a batch is always the same prompts, whatever was selected), each loaded from
-the store or decoded by ``engine.generate(batch, params)``, scored by the suite unless the
-engine set ``correct``, and committed to the store one outcome at a time.
+outcomes the session needs (:meth:`Decoder.need`, from the selected items). Each outcome
+is loaded from the store or decoded by ``engine.generate(batch, params)``, scored by the
+suite unless the engine set ``correct``, and committed to the store one outcome at a time.
+
+- The reference, and every config in a full run (``--redline-full``, or a partial
+  selection), is decoded in fixed batches of ``batch_size`` prompts in prompt order (so a
+  batch is always the same prompts, whatever was selected): the first outcome asked of a
+  config gets all that config's needed batches.
+- Otherwise candidates follow the :class:`~pytest_redline.schedule.Schedule`: the first
+  outcome asked of a candidate gets the reference's outcomes on every prompt, then decodes
+  the candidate's scheduled batches one after another until its verdict is decided. Its
+  other items are :class:`Skipped` on purpose.
 
 Several processes (xdist workers) share the store: a process takes a lease on a batch
 before decoding it, and waits for batches whose lease another live process holds. So each
-batch, the reference's included, is decoded once.
+batch, the reference's included, is decoded once, and a worker that needs the reference
+waits for the batches others decode. The schedule is a function of the reference's
+outcomes and the seed, so every worker follows the same one.
 """
 from __future__ import annotations
 
@@ -20,29 +28,61 @@ import signal
 import threading
 import time
 import traceback
-from typing import Any, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from pytest_redline import __version__
 from pytest_redline.calibration import Calibration
 from pytest_redline.enginebook import EngineBook
+from pytest_redline.schedule import EARLY_STOP, REFERENCE_WRONG, CandidateRun, Schedule
 from pytest_redline.store import OutcomeStore, StoredOutcome, content_key
 
 PROGRESS_EVERY_S = 5.0  # at most this long without a progress line while decoding (plus one batch)
 
 
 class DecodeError(Exception):
-    """No outcome for a prompt: the engine raised or timed out, or the scorer crashed."""
+    """No outcome for a prompt: the engine raised or timed out, or the scorer crashed.
 
-    def __init__(self, message: str, details: str = "") -> None:
+    ``short`` is a one-line summary, for items that point to where the error was reported
+    in full.
+    """
+
+    def __init__(self, message: str, details: str = "", short: str | None = None) -> None:
         super().__init__(message)
-        self.message, self.details = message, details
+        self.message, self.details, self.short = message, details, short or message.splitlines()[0]
 
     def explain(self, verbose: bool) -> str:
         return f"{self.message}\n{self.details}" if verbose and self.details else self.message
 
 
+class Skipped(Exception):
+    """The schedule skips this item on purpose: its outcome cannot change the verdict.
+
+    ``reason`` is :data:`~pytest_redline.schedule.REFERENCE_WRONG`, ``CANNOT`` or
+    ``CERTAIN``; ``recorded`` is the outcome a replayed grid has anyway (None when live).
+    """
+
+    def __init__(self, reason: str, recorded: StoredOutcome | None = None) -> None:
+        self.reason, self.recorded = reason, recorded
+        super().__init__(self.message)
+
+    @property
+    def message(self) -> str:
+        if self.reason == REFERENCE_WRONG:
+            return f"redline: {REFERENCE_WRONG}"
+        return f"redline: {EARLY_STOP} ({self.reason})"
+
+
 class BatchTimeout(Exception):
     pass
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Prompts decoded in one ``engine.generate`` call (indices in prompt order)."""
+
+    number: int  # 1-based, among the config's batches
+    prompts: tuple[int, ...]
 
 
 class Decoder:
@@ -58,39 +98,126 @@ class Decoder:
         self.cal, self.store, self.engines, self.session = cal, store, engines, session
         self.progress, self.poll_s = progress, poll_s
         self.batch_size = cal.grid.batch_size
+        self.schedule = None if cal.full else Schedule(cal.n, self.batch_size, cal.seed, cal.stop_rule())
+        self.fallback: str | None = None  # why this grid runs in full although scheduling was asked for
+        self.seconds = 0.0  # wall time spent in engine.generate
+        self._planned: set[tuple[str, int]] = set()
         self._needed: dict[str, set[int]] = {name: set() for name in cal.configs}
         self._outcomes: dict[str, dict[int, StoredOutcome]] = {name: {} for name in cal.configs}
         self._errors: dict[tuple[str, int], DecodeError] = {}
         self._config_errors: dict[str, DecodeError] = {}
         self._started: set[str] = set()
+        self._scheduled: bool | None = None
+        self._runs: dict[str, CandidateRun | None] = {}
+        self._ran: dict[str, set[int]] = {}
+        self._recorded: dict[str, dict[int, StoredOutcome]] = {}
 
     # ------------------------------------------------------------------ public
 
     def need(self, config: str, index: int) -> None:
         """Plan: the session needs ``config``'s outcome on prompt ``index`` (and the reference's)."""
+        self._planned.add((config, index))
         self._needed[config].add(index)
         self._needed[self.cal.reference].add(index)
 
     def outcome(self, config: str, index: int) -> StoredOutcome:
-        """The outcome of ``config`` on prompt ``index``; raises :class:`DecodeError`."""
+        """The outcome of ``config`` on prompt ``index``.
+
+        Raises :class:`DecodeError` when it has none, and :class:`Skipped` when the
+        schedule skips it on purpose.
+        """
+        if config != self.cal.reference and self.scheduled:
+            run = self._run(config)
+            if run is not None:
+                if index in self._ran[config]:
+                    return self._result(config, index)
+                reason = REFERENCE_WRONG if not self._reference_correct()[index] else run.stop
+                raise Skipped(reason, self._recorded_outcome(config, index) if self.cal.replayed else None)
         if config not in self._started:
             self._started.add(config)
-            self._get(config, sorted({i // self.batch_size for i in self._needed[config]}))
+            self._get(config, self._batches_of(self._needed[config]))
         if index not in self._outcomes[config] and (config, index) not in self._errors:
-            self._get(config, [index // self.batch_size])  # not planned (no collection hook ran)
+            self._get(config, self._batches_of([index]))  # not planned (no collection hook ran)
+        return self._result(config, index)
+
+    @property
+    def scheduled(self) -> bool:
+        """Whether candidates follow the schedule: not --redline-full, and every item selected."""
+        if self._scheduled is None:
+            total = self.cal.m * self.cal.n
+            if self.schedule is not None and len(self._planned) < total:
+                self.fallback = f"{total - len(self._planned)} of {total} items not selected"
+            self._scheduled = self.schedule is not None and self.fallback is None
+        return self._scheduled
+
+    # ------------------------------------------------------------------ the schedule
+
+    def _run(self, config: str) -> CandidateRun | None:
+        """The candidate's schedule, run once (None: it falls back to the full run)."""
+        if config not in self._runs:
+            reference = self._reference_correct()
+            missing = sum(c is None for c in reference)
+            if missing:
+                self.fallback = f"the reference has no outcome on {missing} prompts"
+                self._runs[config] = None
+            else:
+                self._runs[config] = self._scheduled_run(config, reference)
+                self._ran[config] = set(self._runs[config].ran)
+        return self._runs[config]
+
+    def _scheduled_run(self, config: str, reference: list[bool]) -> CandidateRun:
+        batches = self.schedule.batches(reference)
+        tracker = _Progress(self, config, sum(map(len, batches)), len(batches))
+        number = iter(range(1, len(batches) + 1))
+
+        def fetch(prompts: tuple[int, ...]) -> dict[int, bool]:
+            self._get(config, [Batch(next(number), prompts)], tracker)
+            return {i: self._outcomes[config][i].correct for i in prompts if i in self._outcomes[config]}
+
+        run = self.schedule.run(reference, fetch)
+        tracker.finish(f", stopped: {run.stop}" if run.stop else "")
+        return run
+
+    def _reference_correct(self) -> list[bool | None]:
+        """The reference's verdict on every prompt (None where it has no outcome)."""
+        reference = self.cal.reference
+        if reference not in self._started:
+            self._started.add(reference)
+            self._get(reference, self._batches_of(range(self.cal.n)))
+        outcomes = self._outcomes[reference]
+        return [outcomes[i].correct if i in outcomes else None for i in range(self.cal.n)]
+
+    def _recorded_outcome(self, config: str, index: int) -> StoredOutcome:
+        """A replayed grid's outcome of a skipped item: recorded, so free (never stored)."""
+        if config not in self._recorded:
+            skipped = [i for i in range(self.cal.n) if i not in self._ran[config]]
+            prompts = [self.cal.prompts[i] for i in skipped]
+            engine_name, engine_args = self.cal.engines[config]
+            try:
+                generations = self.engines.get(engine_name, engine_args).generate(prompts, self.cal.params[config])
+                outcomes = [self._score(p, g) for p, g in zip(prompts, generations)]
+            except Exception as e:
+                raise DecodeError(f"replay of the skipped prompts of config {config!r} failed: {type(e).__name__}: {e}",
+                                  traceback.format_exc()) from None
+            self._recorded[config] = dict(zip(skipped, outcomes))
+        return self._recorded[config][index]
+
+    # ------------------------------------------------------------------ batches
+
+    def _result(self, config: str, index: int) -> StoredOutcome:
         if config in self._config_errors:
             raise self._config_errors[config]
         if (config, index) in self._errors:
             raise self._errors[(config, index)]
         return self._outcomes[config][index]
 
-    # ------------------------------------------------------------------ batches
+    def _batches_of(self, indices: Iterable[int]) -> list[Batch]:
+        """The fixed prompt-order batches holding ``indices`` (the full run's batches)."""
+        size, n = self.batch_size, self.cal.n
+        return [Batch(b + 1, tuple(range(b * size, min(n, (b + 1) * size)))) for b in sorted({i // size for i in indices})]
 
-    def _span(self, batch: int) -> range:
-        return range(batch * self.batch_size, min(self.cal.n, (batch + 1) * self.batch_size))
-
-    def _keys(self, config: str, batch: int) -> list[str]:
-        prompts = [self.cal.prompts[i] for i in self._span(batch)]
+    def _keys(self, config: str, batch: Batch) -> list[str]:
+        prompts = [self.cal.prompts[i] for i in batch.prompts]
         shared = {
             "engine": self.engines.identity(*self.cal.engines[config]),
             "params": self.cal.params[config],
@@ -100,43 +227,43 @@ class Decoder:
         }
         return [content_key({**shared, "prompt": _prompt_identity(p)}) for p in prompts]
 
-    def _get(self, config: str, batches: Sequence[int]) -> None:
+    def _get(self, config: str, batches: Sequence[Batch], tracker: "_Progress | None" = None) -> None:
         if config in self._config_errors:
             return
         try:
             keys = {b: self._keys(config, b) for b in batches}
         except Exception as e:  # the engine failed to build, or its fingerprint raised
-            self._config_errors[config] = DecodeError(f"config {config!r}: {e}", traceback.format_exc())
+            self._config_errors[config] = DecodeError(
+                f"config {config!r}: {e}", traceback.format_exc(), short=f"config {config!r}: its engine failed to build"
+            )
             return
-        tracker = _Progress(self, config, sum(len(self._span(b)) for b in batches), len(batches))
-        pending = []
-        for b in batches:
-            if self._load(config, b, keys[b]):
-                tracker.step(len(keys[b]), decoded=False)
-            elif self._run_leased(config, b, keys[b]):
-                tracker.step(len(keys[b]), decoded=True)
-            else:
-                pending.append(b)
-        while pending:  # batches another process is decoding
-            time.sleep(self.poll_s)
+        own = tracker is None
+        if own:
+            tracker = _Progress(self, config, sum(len(b.prompts) for b in batches), len(batches))
+        pending = list(batches)
+        while True:
             for b in list(pending):
                 if self._load(config, b, keys[b]):
                     pending.remove(b)
-                    tracker.step(len(keys[b]), decoded=False)
+                    tracker.step(len(b.prompts), decoded=False)
                 elif self._run_leased(config, b, keys[b]):
                     pending.remove(b)
-                    tracker.step(len(keys[b]), decoded=True)
-        tracker.finish()
+                    tracker.step(len(b.prompts), decoded=True)
+            if not pending:
+                break
+            time.sleep(self.poll_s)  # batches another process is decoding
+        if own:
+            tracker.finish()
 
-    def _load(self, config: str, batch: int, keys: list[str]) -> bool:
+    def _load(self, config: str, batch: Batch, keys: list[str]) -> bool:
         """Take what the store has of this batch; True when it has all of it."""
         found = self.store.get(keys)
-        for i, key in zip(self._span(batch), keys):
+        for i, key in zip(batch.prompts, keys):
             if key in found:
                 self._outcomes[config][i] = found[key]
         return len(found) == len(keys)
 
-    def _run_leased(self, config: str, batch: int, keys: list[str]) -> bool:
+    def _run_leased(self, config: str, batch: Batch, keys: list[str]) -> bool:
         """Decode the batch under its lease; False when another live process holds it."""
         lease = "batch:" + content_key({"keys": keys})
         if not self.store.take_lease(lease):
@@ -148,23 +275,26 @@ class Decoder:
             self.store.release(lease)
         return True
 
-    def _decode(self, config: str, batch: int, keys: list[str]) -> None:
-        span = self._span(batch)
-        prompts = [self.cal.prompts[i] for i in span]
+    def _decode(self, config: str, batch: Batch, keys: list[str]) -> None:
+        prompts = [self.cal.prompts[i] for i in batch.prompts]
         engine_name, engine_args = self.cal.engines[config]
-        where = f"batch {batch + 1} of config {config!r} (prompts {prompts[0].id} .. {prompts[-1].id})"
+        where = f"batch {batch.number} of config {config!r} ({_span(batch, prompts)})"
+        start = time.monotonic()
         try:
             engine = self.engines.get(engine_name, engine_args)
             generations = self._generate(engine, prompts, self.cal.params[config])
             if len(generations) != len(prompts):
                 raise ValueError(f"returned {len(generations)} generations for {len(prompts)} prompts")
         except Exception as e:
-            error = DecodeError(f"engine {engine_name!r} failed on {where}: {type(e).__name__}: {e}", traceback.format_exc())
-            for i in span:
+            error = DecodeError(f"engine {engine_name!r} failed on {where}: {type(e).__name__}: {e}", traceback.format_exc(),
+                                short=f"engine {engine_name!r} failed on {where}")
+            for i in batch.prompts:
                 if i not in self._outcomes[config]:
                     self._errors[(config, i)] = error
             return
-        for i, key, prompt, generation in zip(span, keys, prompts, generations):
+        finally:
+            self.seconds += time.monotonic() - start
+        for i, key, prompt, generation in zip(batch.prompts, keys, prompts, generations):
             if i in self._outcomes[config]:
                 continue  # stored before the batch was decoded again
             try:
@@ -231,19 +361,26 @@ class _Progress:
         if decoded and now - self.last >= PROGRESS_EVERY_S and self.done < self.batches:
             self.emit(now)
 
-    def finish(self) -> None:
+    def finish(self, note: str = "") -> None:
         now = time.monotonic()
         if self.decoded and (self.shown or now - self.start >= PROGRESS_EVERY_S):
-            self.emit(now)
+            self.emit(now, note)
 
-    def emit(self, now: float) -> None:
+    def emit(self, now: float, note: str = "") -> None:
         d = self.decoder
         self.last = now
         self.shown += 1
         d.progress(
             f"redline {d.cal.grid.name} {self.config}: {self.prompts_done}/{self.prompts} prompts, "
-            f"batch {self.done}/{self.batches} ({self.decoded} decoded), {now - self.start:.1f} s"
+            f"batch {self.done}/{self.batches} ({self.decoded} decoded), {now - self.start:.1f} s{note}"
         )
+
+
+def _span(batch: Batch, prompts: list) -> str:
+    first, last = prompts[0].id, prompts[-1].id
+    if batch.prompts[-1] - batch.prompts[0] == len(batch.prompts) - 1:
+        return f"prompts {first} .. {last}"
+    return f"{len(prompts)} scheduled prompts from {first} to {last}"
 
 
 def _suite_identity(cal: Calibration) -> dict[str, Any] | None:

@@ -7,7 +7,8 @@ module reads the file only.
 
 Relative paths resolve against the grid file's folder. A string argument is a path when
 its key is one of :data:`PATH_KEYS` or ends in ``_path``; this applies to the keys of
-``engine_args`` and ``suite_args`` (the grid's and each config's).
+``engine_args`` and ``suite_args`` (the grid's and each config's). Whether input paths
+exist is checked when the grid is prepared for a session (:meth:`Grid.check_paths`).
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ KEYS = (
 )
 CONFIG_ENGINE_KEYS = ("engine", "engine_args")
 PATH_KEYS = frozenset({"model", "outcomes", "path", "data", "draft", "target", "trace"})
+INPUT_PATH_KEYS = PATH_KEYS - {"trace"}  # must exist; `trace` and `*_path` may name files to write
 BUILTIN_DIRECTIONS = {"tpf": "higher", "apf": "higher", "memory": "lower"}
 DEFAULT_BATCH_SIZE = 16
 FASTEST = "fastest"
@@ -72,6 +74,20 @@ class Grid:
 
     def error(self, key: str, message: str) -> GridError:
         return GridError(self.path, key, message)
+
+    def check_paths(self) -> None:
+        """Input paths (keys in :data:`INPUT_PATH_KEYS`, resolved) must exist, so that a missing
+        model or data file is one usage error before any engine is built."""
+        sets = [("suite_args", self.suite_args), ("engine_args", self.engine_args)]
+        sets += [(f"configs.{spec.name}.engine_args", spec.engine_args) for spec in self.configs or ()]
+        for key, args in sets:
+            for name, value in args.items():
+                if name in INPUT_PATH_KEYS and isinstance(value, str) and not os.path.exists(value):
+                    raise self.error(
+                        f"{key}.{name}",
+                        f"expected an existing file or folder, got {value} (no such file or folder; "
+                        "relative paths resolve against the grid file's folder)",
+                    )
 
     def check_names(self, names: tuple[str, ...]) -> None:
         """Check ``reference`` and ``deploy`` against the config names (once they are known)."""

@@ -2,8 +2,10 @@
 
 Node ids read ``redline.yaml::acc85/semi70::gsm8k/17``. The reference's collector comes
 first. An item's ``setup`` gets its outcome (and the reference's) from the decoder, so an
-engine or scorer failure is an *error*; ``runtest`` never fails: a regression (reference
-right, candidate wrong) passes with its own status, and the verdict comes at session end.
+engine or scorer failure is an *error*; an item the schedule skips on purpose is *skipped*
+with the reason (a replayed grid's carries its recorded outcome). ``runtest`` never
+fails: a regression (reference right, candidate wrong) passes with its own status, and the
+verdict comes at session end.
 """
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_redline.decode import DecodeError
+from pytest_redline.decode import DecodeError, Skipped
 
 if TYPE_CHECKING:
     from pytest_redline.calibration import Calibration
@@ -60,19 +62,20 @@ class PromptItem(pytest.Item):
             self.reference_outcome = decoder.outcome(self.cal.reference, self.index)
             self.candidate_outcome = decoder.outcome(self.config_name, self.index)
             return
-        except DecodeError as e:  # an error of this item: its message (-v: and the engine's traceback)
-            message = e.explain(verbose=self.config.get_verbosity() > 0)
+        except Skipped as s:  # on purpose: the schedule decided this outcome cannot change the verdict
+            self.user_properties.append(("scheduled", s.reason))
+            if s.recorded is not None:
+                self.user_properties += _outcome_properties(s.recorded, "recorded")
+            skipped, message = True, s.message
+        except DecodeError as e:  # an error of this item: in full the first time, then a pointer to it
+            skipped, message = False, self.gate.explain(e, self.nodeid, verbose=self.config.get_verbosity() > 0)
+        if skipped:
+            pytest.skip(message)
         pytest.fail(message, pytrace=False)
 
     def runtest(self) -> None:
         out, ref = self.candidate_outcome, self.reference_outcome
-        self.user_properties += [
-            ("correct", out.correct),
-            ("tokens", out.tokens),
-            ("forwards", out.forwards),
-            ("extra", dict(out.extra)),
-            ("source", "decoded" if out.session == self.gate.session_id else "store"),
-        ]
+        self.user_properties += _outcome_properties(out, "decoded" if out.session == self.gate.session_id else "store")
         if not self.is_reference:
             regressed = ref.correct and not out.correct
             self.user_properties.append(("regression", regressed))
@@ -81,3 +84,13 @@ class PromptItem(pytest.Item):
 
     def reportinfo(self):
         return self.path, None, f"redline {self.cal.grid.name}: {self.config_name} on {self.name}"
+
+
+def _outcome_properties(out: Any, source: str) -> list[tuple[str, Any]]:
+    return [
+        ("correct", out.correct),
+        ("tokens", out.tokens),
+        ("forwards", out.forwards),
+        ("extra", dict(out.extra)),
+        ("source", source),
+    ]

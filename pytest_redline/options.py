@@ -32,6 +32,17 @@ def open_unit(option: str):
     return parse
 
 
+def seed_arg(text: str) -> int:
+    """An argparse ``type`` accepting an integer >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"--redline-seed: expected an integer >= 0, got {text!r}")
+    return value
+
+
 def add_options(parser: pytest.Parser) -> None:
     group = parser.getgroup("redline", "Redline gate (certify lossy serving configs)")
     group.addoption("--redline-alpha", type=open_unit("--redline-alpha"), default=None, metavar="ALPHA",
@@ -51,12 +62,18 @@ def add_options(parser: pytest.Parser) -> None:
                     help=f"folder of the outcome store (default: {DEFAULT_CACHE_DIR} at the rootdir)")
     group.addoption("--redline-no-cache", action="store_true", default=False,
                     help="neither reuse nor keep stored outcomes: decode everything into a temporary store")
+    group.addoption("--redline-full", action="store_true", default=False,
+                    help="decode every config on every prompt (no schedule): for net accuracy on all prompts "
+                         "or an outcome export")
+    group.addoption("--redline-seed", type=seed_arg, default=None, metavar="SEED",
+                    help="seed of the candidates' prompt order (default 0)")
     parser.addini("redline_grid", "grid files to gate when --redline-grid is not given", type="paths", default=[])
     parser.addini("redline_delta", "default family-wise error level", default="")
     parser.addini("redline_correction", "default correction: holm or bonferroni", default="")
     parser.addini("redline_cache_dir", "folder of the outcome store", default="")
     parser.addini("redline_report", "default path of the JSON report", default="")
     parser.addini("redline_outcomes", "default path of the outcome CSV", default="")
+    parser.addini("redline_seed", "seed of the candidates' prompt order (default 0)", default="")
 
 
 @dataclass(frozen=True)
@@ -72,6 +89,8 @@ class GateOptions:
     outcomes: Path | None
     cache_dir: Path
     no_cache: bool
+    full: bool = False
+    seed: int = 0
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> "GateOptions":
@@ -89,6 +108,8 @@ class GateOptions:
             cache_dir=_path(opt("redline_cache_dir"), here) or _path(config.getini("redline_cache_dir"), root)
             or root / DEFAULT_CACHE_DIR,
             no_cache=bool(opt("redline_no_cache")),
+            full=bool(opt("redline_full")),
+            seed=opt("redline_seed") if opt("redline_seed") is not None else _ini_seed(config),
         )
 
 
@@ -104,6 +125,16 @@ def _ini_delta(config: pytest.Config) -> float | None:
         return open_unit("redline_delta")(text)
     except argparse.ArgumentTypeError as e:
         raise pytest.UsageError(f"{config.inipath}: ini {e}") from None
+
+
+def _ini_seed(config: pytest.Config) -> int:
+    text = str(config.getini("redline_seed")).strip()
+    if not text:
+        return 0
+    try:
+        return seed_arg(text)
+    except argparse.ArgumentTypeError:
+        raise pytest.UsageError(f"{config.inipath}: ini redline_seed: expected an integer >= 0, got {text!r}") from None
 
 
 def _ini_choice(config: pytest.Config, name: str, choices: tuple[str, ...]) -> str | None:

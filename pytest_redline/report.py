@@ -35,32 +35,84 @@ def header(v: GridVerdict) -> str:
 
 def table_lines(v: GridVerdict) -> list[str]:
     """The per-config table: R marks the reference, * the deployed config."""
-    r = v.result
-    rows = [("", "config", "accuracy", "V", "risk", "risk_up", "p_value", "p_adj", "valid", "cost", "gain", "d_acc", "note")]
+    r, sched = v.result, v.scheduled
+    rows = [("", "config", "run", "accuracy", "V", "risk", "risk_up", "p_value", "p_adj", "valid", "cost", "gain", "d_acc", "note")]
     for i, name in enumerate(r.names):
         mark = ("R" if i == r.reference_index else " ") + ("*" if i == r.deployed_index else " ")
+        bound = {"lower": ">=", "upper": "<="}.get(sched.bounds[i], "") if sched else ""
+        run = int(sched.ran[i].sum()) if sched else v.cal.n
         rows.append((
-            mark, name, f"{r.accuracy[i]:.4f}", str(int(r.violations[i])), f"{r.risk[i]:.4f}", f"{r.risk_upper[i]:.4f}",
-            _num(r.p_values[i]), _num(r.p_adjusted[i]), "valid" if r.valid[i] else "NOT valid",
+            mark, name, str(run), f"{r.accuracy[i]:.4f}", f"{bound}{int(r.violations[i])}", f"{r.risk[i]:.4f}",
+            f"{r.risk_upper[i]:.4f}", _num(r.p_values[i]), _num(r.p_adjusted[i]), "valid" if r.valid[i] else "NOT valid",
             f"{r.cost[i]:.4g}", _gain(r, i), f"{r.net_accuracy[i]:+.1f}", _note(v, i),
         ))
     widths = [max(len(row[c]) for row in rows) for c in range(len(rows[0]))]
     lines = []
     for row in rows:
-        cells = [cell.ljust(w) if c in (1, 12) else cell.rjust(w) for c, (cell, w) in enumerate(zip(row, widths))]
+        cells = [cell.ljust(w) if c in (1, 13) else cell.rjust(w) for c, (cell, w) in enumerate(zip(row, widths))]
         lines.append("  ".join(cells).rstrip())
-    lines.append("R reference, * deployed; risk_up: Clopper-Pearson upper bound at 1 - delta; d_acc: accuracy points vs the reference")
+    lines.append("R reference, * deployed; run: prompts decoded; risk_up: Clopper-Pearson upper bound at 1 - delta; "
+                 "d_acc: accuracy points vs the reference")
+    if sched:
+        lines.append(_basis_line(sched))
     return lines
 
 
+def _basis_line(sched: Any) -> str:
+    line = ">= / <=: the bound on V that decided an early stop (risk, risk_up and p-values follow it); "
+    if sched.cost_basis == "all prompts":
+        return line + "cost, accuracy and d_acc on all prompts (replayed outcomes)"
+    return line + "cost and accuracy on the prompts each config ran on, d_acc paired with the reference there"
+
+
 def _note(v: GridVerdict, i: int) -> str:
-    r = v.result
-    if r.valid[i] or i == r.reference_index:
-        return ""
-    needed = v.prompts_needed(r.names[i])
-    if needed is None:
-        return f"no n would certify it: risk {r.risk[i]:.4f} >= alpha"
-    return f"n={needed} prompts would certify it with 80% power at this risk"
+    r, sched = v.result, v.scheduled
+    stop = sched.stops[i] if sched else None
+    notes = [f"stopped early: {stop}"] if stop else []
+    if not r.valid[i] and i != r.reference_index:
+        needed = v.prompts_needed(r.names[i])
+        risk = v.risk_estimate(i)
+        if needed is None:
+            notes.append(f"no n would certify it: risk {risk:.4f} >= alpha")
+        else:
+            notes.append(f"n={needed} prompts would certify it with 80% power at this risk")
+    return "; ".join(notes)
+
+
+def schedule_lines(v: GridVerdict) -> list[str]:
+    """How the grid was run, and what it spent against the full grid."""
+    cal, record = v.cal, v.record
+    if v.mode == "scheduled":
+        from pytest_redline.schedule import CANNOT, CERTAIN, REFERENCE_WRONG
+
+        stops = {reason: sum(s == reason for s in record.stops()) for reason in (CANNOT, CERTAIN)}
+        early = len(record.skips) - record.skipped(REFERENCE_WRONG)
+        lines = [
+            f"schedule: reference first, candidates in a seeded order (seed {cal.seed}); skipped "
+            f"{record.skipped(REFERENCE_WRONG)} items where the reference is wrong and {early} after early stops "
+            f"({stops[CANNOT]} {CANNOT}, {stops[CERTAIN]} {CERTAIN})"
+        ]
+    else:
+        lines = [f"schedule: {v.mode}"]
+    if v.spend is not None:
+        lines.append(_spend_line(v.spend))
+    if v.scheduled is not None and v.scheduled.deploy_may_differ:
+        lines.append("note: costs were measured on the prompts each config ran on; --redline-full measures them on all "
+                     "prompts, where valid configs may change cost order and another be deployed (the valid set cannot change)")
+    return lines
+
+
+def _spend_line(spend: Any) -> str:
+    if spend.forwards is None or spend.naive_forwards is None:
+        text = f"spend: {spend.items_run} of {spend.items} items run (forwards unknown)"
+    else:
+        basis = "exact, from the forwards column" if spend.exact else "the rest estimated at each config's mean"
+        text = (f"spend: {spend.forwards:,.0f} forwards on {spend.items_run} of {spend.items} items vs "
+                f"{spend.naive_forwards:,.0f} for the full grid: {spend.ratio:.2f}x ({basis})")
+    text += f"; decoded now: {0 if spend.decoded_forwards is None else spend.decoded_forwards:,.0f} forwards in {spend.decode_seconds:.1f} s"
+    if spend.naive_seconds is not None:
+        text += f" (full grid ~{spend.naive_seconds:.1f} s)"
+    return text
 
 
 def missing_lines(v: GridVerdict) -> list[str]:
@@ -122,6 +174,7 @@ def grid_lines(v: GridVerdict, verbosity: int) -> list[str]:
     else:
         lines += table_lines(v)
     lines.append(f"outcomes: {v.record.count('store')} reused from the store, {v.record.count('decoded')} decoded")
+    lines += schedule_lines(v)
     lines += regression_lines(v, verbosity)
     lines.append(grid_verdict(v))
     return lines
@@ -168,8 +221,24 @@ def grid_report(v: GridVerdict) -> dict[str, Any]:
         "outcomes": {"reused": v.record.count("store"), "decoded": v.record.count("decoded")},
         "missing": [{"config": m.config, "prompt": m.prompt, "reason": m.reason} for m in v.missing],
         "error": v.error,
+        "schedule": _schedule(v),
+        "spend": v.spend.to_dict() if v.spend is not None else None,
     }
     return out
+
+
+def _schedule(v: GridVerdict) -> dict[str, Any]:
+    from pytest_redline.schedule import REFERENCE_WRONG
+
+    record = v.record
+    return {
+        "mode": v.mode,
+        "seed": v.cal.seed,
+        "skipped": {"reference_wrong": record.skipped(REFERENCE_WRONG),
+                    "early_stop": len(record.skips) - record.skipped(REFERENCE_WRONG)},
+        "cost_basis": v.scheduled.cost_basis if v.scheduled else "all prompts",
+        "deploy_may_differ": bool(v.scheduled and v.scheduled.deploy_may_differ),
+    }
 
 
 def _configs(v: GridVerdict) -> list[dict[str, Any]]:
@@ -177,8 +246,15 @@ def _configs(v: GridVerdict) -> list[dict[str, Any]]:
     if v.result is None:
         return [{"name": name, "params": dict(params[name])} for name in v.cal.configs]
     entries = v.result.to_dict()["configs"]
-    for entry in entries:
+    prompts = [p.id for p in v.cal.prompts]
+    sched = v.scheduled
+    for i, entry in enumerate(entries):
         entry["params"] = dict(params[entry["name"]])
+        ran = [p for p, r in zip(prompts, sched.ran[i]) if r] if sched else prompts
+        entry["prompts_run"] = len(ran)
+        entry["ran_on"] = ran
+        entry["stopped"] = sched.stops[i] if sched else None
+        entry["violations_bound"] = sched.bounds[i] if sched else "exact"
         if not entry["valid"] and entry["name"] != v.cal.reference:
             entry["prompts_needed"] = v.prompts_needed(entry["name"])
     return entries

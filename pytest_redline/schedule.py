@@ -105,13 +105,16 @@ class Schedule:
         fetch: Callable[[tuple[int, ...]], Mapping[int, bool]],
     ) -> CandidateRun:
         """Decode batch after batch with ``fetch`` (prompt index -> correct; an index missing
-        from its answer had no outcome) until the rule decides or the prompts run out."""
+        from its answer had no outcome) until the rule decides or the prompts run out.
+
+        The first batch is always decoded, so that every candidate's cost is measured.
+        """
         batches = self.batches(reference_correct)
         unknown = sum(len(b) for b in batches)
         violations, ran = 0, []
         for batch in batches:
             stop = self.rule.decide(violations, unknown)
-            if stop is not None:
+            if stop is not None and ran:
                 return CandidateRun(tuple(ran), stop, violations, unknown)
             results = fetch(batch)
             ran += batch

@@ -2,7 +2,8 @@
 
 The same :class:`Gate` runs in a serial session, in an xdist controller and in each
 worker. Workers (and serial sessions) decode; only the controller (or the serial session)
-records outcomes from the reports, decides, prints and writes reports.
+records outcomes from the reports, decides, prints and writes reports. Workers send one
+small payload (deselected items, decode seconds, scheduling fallbacks) at the end.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from typing import Any, Callable, Iterable
 import pytest
 
 from pytest_redline.calibration import Calibration, Level, prepare
-from pytest_redline.decode import Decoder
+from pytest_redline.decode import DecodeError, Decoder
 from pytest_redline.enginebook import EngineBook
 from pytest_redline.grid import GridError, load_grid
 from pytest_redline.ledger import Ledger
@@ -51,6 +52,9 @@ class Gate:
         self.deselected_ids: list[tuple[str, str, str]] = []
         self.verdicts: list[GridVerdict] = []
         self.file_notes: list[str] = []
+        self.decode_seconds: dict[str, float] = {}  # per grid, summed over xdist workers
+        self.fallbacks: dict[str, str] = {}  # per grid: why scheduling could not hold
+        self._first_error: dict[str, str] = {}  # error message -> the item that reported it in full
 
     # ------------------------------------------------------------------ start and stop
 
@@ -60,13 +64,19 @@ class Gate:
         options = GateOptions.from_config(config)
         paths = grid_paths(config, options)
         engines = EngineBook()
-        level = Level(options.alpha, options.delta, len(paths), options.correction, options.deploy)
+        level = Level(options.alpha, options.delta, len(paths), options.correction, options.deploy, options.seed, options.full)
         calibrations = {}
         for path in paths:
             try:
                 calibrations[path] = prepare(load_grid(path), _label(path, Path(config.rootpath)), level, engines)
             except GridError as e:
                 raise pytest.UsageError(str(e)) from None
+        live = [cal.label for cal in calibrations.values() if not cal.replayed]
+        if options.outcomes is not None and not options.full and live:
+            raise pytest.UsageError(
+                f"--redline-outcomes writes complete outcome tables, but the schedule skips items that cannot "
+                f"change the verdict ({', '.join(live)}): add --redline-full to decode every config on every prompt"
+            )
         shared = getattr(config, "workerinput", {}).get(PAYLOAD)  # from the xdist controller
         temp_dir = None
         if shared and shared["store_dir"]:
@@ -116,16 +126,33 @@ class Gate:
             self._decoders[cal.label] = Decoder(cal, self.store, self.engines, self.session_id, self.progress)
         return self._decoders[cal.label]
 
+    def explain(self, error: DecodeError, nodeid: str, verbose: bool) -> str:
+        """An item's error text: in full for the first item that meets the error, then a pointer."""
+        first = self._first_error.setdefault(error.message, nodeid)
+        if first == nodeid:
+            return error.explain(verbose)
+        return f"{error.short} (the full error is reported at {first})"
+
     # ------------------------------------------------------------------ xdist
 
     def worker_output(self) -> dict[str, Any]:
-        """The small builtin payload a worker sends to the controller."""
-        return {PAYLOAD: {"deselected": [list(ids) for ids in self.deselected_ids]}}
+        """The small builtin payload a worker sends to the controller (a serial session merges
+        its own at the end): deselected items, decode seconds, and why scheduling fell back."""
+        return {PAYLOAD: {
+            "deselected": [list(ids) for ids in self.deselected_ids],
+            "seconds": {label: d.seconds for label, d in self._decoders.items()},
+            "fallbacks": {label: d.fallback for label, d in self._decoders.items() if d.fallback},
+        }}
 
     def merge_worker_output(self, output: dict[str, Any]) -> None:
         payload = output.get(PAYLOAD)
-        if payload is not None:  # a crashed worker sends none: its items stay missing
-            self.ledger.deselect(tuple(ids) for ids in payload["deselected"])
+        if payload is None:  # a crashed worker sends none: its items stay missing
+            return
+        self.ledger.deselect(tuple(ids) for ids in payload["deselected"])
+        for label, seconds in payload["seconds"].items():
+            self.decode_seconds[label] = self.decode_seconds.get(label, 0.0) + seconds
+        for label, reason in payload["fallbacks"].items():
+            self.fallbacks.setdefault(label, reason)
 
     # ------------------------------------------------------------------ verdict
 
@@ -133,7 +160,9 @@ class Gate:
         """Judge every grid, write the report files, and return the session's exit status."""
         if self.collect_only:
             return exitstatus
-        self.verdicts = [judge(self.ledger.grid(cal.label)) for cal in self._calibrations.values()]
+        if self._decoders:  # a serial session: its own decoders' figures
+            self.merge_worker_output(self.worker_output())
+        self.verdicts = [self._judge(cal) for cal in self._calibrations.values()]
         from pytest_redline import report
 
         if self.options.report is not None:
@@ -146,6 +175,18 @@ class Gate:
         if exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
             return pytest.ExitCode.TESTS_FAILED
         return exitstatus
+
+    def _judge(self, cal: Calibration) -> GridVerdict:
+        from pytest_redline.spend import spend_of
+
+        record = self.ledger.grid(cal.label)
+        if cal.full:
+            mode = "full (--redline-full)"
+        elif cal.label in self.fallbacks:
+            mode = f"full: scheduling could not hold ({self.fallbacks[cal.label]})"
+        else:
+            mode = "scheduled"
+        return judge(record, spend_of(record, self.decode_seconds.get(cal.label, 0.0)), mode)
 
     def summary(self, terminal: Any) -> None:
         if not self.verdicts:

@@ -5,16 +5,129 @@
 - ``select`` (``deploy: fastest``): nothing must be, and the deployed config is reported.
 
 A partial run (some item produced no outcome) certifies nothing, in every mode.
+
+A scheduled run (some items skipped on purpose) is certified by :func:`certify_scheduled`
+from what each config ran on: each stop is checked again against the
+:class:`~pytest_redline.schedule.StopRule`, and a stopped config enters Holm's procedure
+with the violation bound that decided it, which leaves every config's valid / not-valid
+status as the full run's (see :mod:`pytest_redline.schedule`).
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
+
+import numpy as np
 
 from pytest_redline.calibration import Calibration
 from pytest_redline.ledger import GridRecord, Missing
+from pytest_redline.schedule import CANNOT, CERTAIN, REFERENCE_WRONG, StopRule
 
 POWER = 0.8
+BOUNDS = {None: "exact", CANNOT: "lower", CERTAIN: "upper"}  # what a config's violation count is
+
+
+@dataclass(frozen=True)
+class Scheduled:
+    """How a scheduled run certified each config (arrays and tuples: one entry per config).
+
+    ``ran`` (configs x prompts) marks the prompts each config ran on; ``bounds`` says whether
+    its violation count is ``exact``, a ``lower`` bound (stopped: cannot be certified) or an
+    ``upper`` bound (stopped: certain to pass); ``risk_estimate`` is V / n when V is exact or
+    the grid replayed, else the violation rate on the reference-correct prompts it ran on
+    (a uniform sample of them, by the seeded order) times their share of n.
+    ``cost_basis`` is ``all prompts`` (replayed) or ``prompts run`` (live).
+    """
+
+    result: Any  # risk.RedlineResult
+    ran: np.ndarray
+    stops: tuple[str | None, ...]
+    bounds: tuple[str, ...]
+    risk_estimate: np.ndarray
+    cost_basis: str
+
+    @property
+    def deploy_may_differ(self) -> bool:
+        """Whether a full run could deploy another config: costs were measured on reduced
+        prompt sets and another valid config (or the reference) could outrank the deployed
+        one there. The valid set itself cannot differ."""
+        r = self.result
+        others = [i for i in range(r.m) if (r.valid[i] or i == r.reference_index) and i != r.deployed_index]
+        return self.cost_basis == "prompts run" and bool(others)
+
+
+def certify_scheduled(
+    correct: np.ndarray,
+    ran: np.ndarray,
+    stops: Sequence[str | None],
+    cost: np.ndarray,
+    reference: int,
+    rule: StopRule,
+    alpha: float,
+    delta: float,
+    *,
+    everything: np.ndarray | None = None,
+    names: Sequence[str] | None = None,
+    lower_is_better: bool = False,
+    gain: str | None = None,
+    correction: str = "holm",
+) -> Scheduled:
+    """Certify a scheduled run: ``correct`` counts only where ``ran``.
+
+    ``stops[i]`` is why config i stopped early (None when it was not). The reference must
+    have run on every prompt, and a config with a reference-correct prompt it did not run
+    must have a stop that the rule confirms from its violations so far and the prompts left;
+    anything else is a ValueError (the schedule was not followed). ``cost`` is each
+    config's cost (on the prompts it ran on, or on all when ``everything`` is known).
+    ``everything`` (configs x prompts, replayed grids) gives accuracy on all prompts;
+    without it accuracy is on the prompts each config ran on, and net accuracy is paired
+    with the reference's on those same prompts.
+    """
+    from pytest_redline import risk
+
+    correct, ran = np.asarray(correct, dtype=bool), np.asarray(ran, dtype=bool)
+    m, n = correct.shape
+    if not ran[reference].all():
+        raise ValueError("the reference did not run on every prompt")
+    ref_right = correct[reference]
+    known = np.count_nonzero(ran & ref_right & ~correct, axis=1)
+    unknown = np.count_nonzero(~ran & ref_right, axis=1)
+    stops = tuple(stops)
+    for i in range(m):
+        if unknown[i] and rule.decide(int(known[i]), int(unknown[i])) != stops[i]:
+            label = names[i] if names is not None else i
+            raise ValueError(
+                f"config {label!r} skipped {unknown[i]} reference-correct prompts, but its stop "
+                f"({stops[i]!r}) is not what the rule decides from V = {known[i]}"
+            )
+    stops = tuple(s if unknown[i] else None for i, s in enumerate(stops))
+    bound = np.array([StopRule.bound(int(known[i]), int(unknown[i]), stops[i]) for i in range(m)])
+    if everything is not None:
+        accuracy = np.asarray(everything, dtype=bool).mean(axis=1)
+        net = 100.0 * (accuracy - accuracy[reference])
+    else:
+        runs = np.maximum(ran.sum(axis=1), 1)
+        accuracy = np.count_nonzero(ran & correct, axis=1) / runs
+        net = 100.0 * (np.count_nonzero(ran & correct, axis=1) - np.count_nonzero(ran & ref_right, axis=1)) / runs
+    result = risk.certify_counts(
+        bound, n, cost, reference, alpha, delta, accuracy=accuracy, names=names,
+        lower_is_better=lower_is_better, gain=gain, correction=correction,
+    )
+    result = dataclasses.replace(result, net_accuracy=_frozen(net))
+    if everything is not None:  # replayed: the risk itself
+        estimate = risk.violations(everything, reference) / n
+    else:
+        right_run = np.count_nonzero(ran & ref_right, axis=1)
+        estimate = np.where(unknown > 0, known / np.maximum(right_run, 1) * ref_right.sum() / n, bound / n)
+    return Scheduled(
+        result=result,
+        ran=_frozen(ran),
+        stops=stops,
+        bounds=tuple(BOUNDS[s] for s in stops),
+        risk_estimate=_frozen(estimate),
+        cost_basis="all prompts" if everything is not None else "prompts run",
+    )
 
 
 @dataclass(frozen=True)
@@ -23,8 +136,11 @@ class GridVerdict:
     record: GridRecord
     result: Any = None  # risk.RedlineResult, when the run was complete
     alpha_min: float | None = None
-    table: Any = None  # outcomes.OutcomeTable, when the run was complete
+    table: Any = None  # outcomes.OutcomeTable, when every outcome is known
     error: str | None = None  # the outcomes could not be certified (e.g. a cost column is empty)
+    scheduled: Scheduled | None = None  # how a scheduled run certified each config
+    spend: Any = None  # spend.Spend: forwards and time spent against the full grid
+    mode: str = "full"  # "scheduled", "full (--redline-full)", or "full: <why scheduling could not hold>"
 
     @property
     def complete(self) -> bool:
@@ -56,21 +172,24 @@ class GridVerdict:
     def certified(self) -> bool:
         return self.complete and self.result is not None and not self.not_certified
 
+    def risk_estimate(self, i: int) -> float:
+        return float(self.scheduled.risk_estimate[i] if self.scheduled else self.result.risk[i])
+
     def prompts_needed(self, name: str) -> int | None:
         """Prompts that would certify ``name`` with 80 % power if its observed risk held; None if no n would."""
         from pytest_redline.risk import prompts_needed
 
-        i = self.result.names.index(name)
-        risk = float(self.result.risk[i])
+        risk = self.risk_estimate(self.result.names.index(name))
         if risk >= self.cal.alpha:
             return None
         return prompts_needed(self.cal.alpha, risk, self.cal.m, self.cal.delta_share, power=POWER)
 
 
-def judge(record: GridRecord) -> GridVerdict:
+def judge(record: GridRecord, spend: Any = None, mode: str = "full") -> GridVerdict:
     """Certify a grid's outcomes (nothing is certified from a partial run)."""
+    verdict = GridVerdict(record.cal, record, spend=spend, mode=mode)
     if not record.complete:
-        return GridVerdict(record.cal, record)
+        return verdict
     from pytest_redline import risk
     from pytest_redline.outcomes import OutcomeError, gain_kind
 
@@ -83,9 +202,54 @@ def judge(record: GridRecord) -> GridVerdict:
         correction=cal.correction,
     )
     try:
-        cost = table.cost(cal.grid.cost)
-        result = risk.certify(table.correct, cost, cal.reference, cal.alpha, cal.delta_share, **options)
-        alpha_min = risk.alpha_min(table.correct, cost, cal.reference, cal.delta_share, **options)
+        scheduled = _scheduled(record, table, options) if record.skips else None
+        if scheduled is not None:
+            result = scheduled.result
+        else:
+            result = risk.certify(table.correct, table.cost(cal.grid.cost), cal.reference, cal.alpha, cal.delta_share, **options)
+        alpha_min = None if table is None else risk.alpha_min(
+            table.correct, table.cost(cal.grid.cost), cal.reference, cal.delta_share, **options)
     except (OutcomeError, ValueError) as e:
-        return GridVerdict(cal, record, table=table, error=f"{cal.label}: cannot certify: {e}")
-    return GridVerdict(cal, record, result=result, alpha_min=alpha_min, table=table)
+        return dataclasses.replace(verdict, table=table, error=f"{cal.label}: cannot certify: {e}")
+    return dataclasses.replace(verdict, result=result, alpha_min=alpha_min, table=table, scheduled=scheduled)
+
+
+def _scheduled(record: GridRecord, table: Any, options: dict[str, Any]) -> Scheduled:
+    """Certify a run in which the schedule skipped items (``table``: every outcome, or None)."""
+    cal = record.cal
+    ran_table = record.table(ran_only=True)
+    ran = record.ran()
+    ref = cal.configs.index(cal.reference)
+    for (config, prompt), skip in record.skips.items():
+        reference = record.entries.get((cal.reference, prompt))
+        if reference is None or (skip.reason == REFERENCE_WRONG and reference.correct):
+            raise ValueError(f"{config}::{prompt} was skipped ({skip.reason}), but the reference is right there or did not run")
+    cost = table.cost(cal.grid.cost) if table is not None else costs_on(ran_table, ran, cal.grid.cost)
+    return certify_scheduled(
+        ran_table.correct, ran, record.stops(), cost, ref, cal.stop_rule(), cal.alpha, cal.delta_share,
+        everything=None if table is None else table.correct, **options,
+    )
+
+
+def costs_on(table: Any, ran: np.ndarray, kind: str) -> np.ndarray:
+    """Each config's cost over the prompts it ran on (an OutcomeError when it ran on none)."""
+    from pytest_redline.outcomes import OutcomeError, OutcomeTable
+
+    costs = []
+    for i, config in enumerate(table.configs):
+        cols = np.flatnonzero(ran[i])
+        if cols.size == 0:
+            raise OutcomeError(f"{table.source}: the cost of config '{config}' is unknown: it ran on no prompt")
+        row = OutcomeTable(
+            configs=(config,), prompts=tuple(table.prompts[j] for j in cols), correct=table.correct[i:i + 1, cols],
+            tokens=table.tokens[i:i + 1, cols], forwards=table.forwards[i:i + 1, cols],
+            extra={k: v[i:i + 1, cols] for k, v in table.extra.items()}, source=table.source,
+        )
+        costs.append(row.cost(kind)[0])
+    return np.array(costs)
+
+
+def _frozen(a: np.ndarray) -> np.ndarray:
+    a = np.array(a)
+    a.setflags(write=False)
+    return a

@@ -56,7 +56,7 @@ def test_selection_collects_only_grids_not_testpaths(project: Project) -> None:
 
 def test_select_mode_deploys_fastest_valid_config(project: Project) -> None:
     project.grid()
-    result = project.run(ALPHA, "--redline-report=report.json")
+    result = project.run(ALPHA, "--redline-full", "--redline-report=report.json")
     assert result.ret == 0
     assert result.parseoutcomes() == {"passed": 164, "regressed": 16}
     result.stdout.fnmatch_lines([
@@ -117,7 +117,7 @@ def test_all_mode_requires_every_candidate(project: Project) -> None:
 
 def test_needed_prompts_reported_for_uncertified_config(project: Project) -> None:
     project.grid(configs="{ref: {}, near: {forwards: 5, wrong: [q1, q2, q3, q4]}}", deploy="near")
-    result = project.run(ALPHA, "--redline-report=report.json")
+    result = project.run(ALPHA, "--redline-full", "--redline-report=report.json")
     assert result.ret == 1
     near = project.report()["configs"][1]
     assert near["valid"] is False and near["violations"] == 4
@@ -151,11 +151,13 @@ def test_regressions_do_not_fail_certified_session(project: Project) -> None:
 
 def test_engine_error_blocks_certification(project: Project) -> None:
     project.grid(configs="{ref: {forwards: 10}, fast: {forwards: 5, fail_on: q5}}")
-    result = project.run(ALPHA, "--redline-report=report.json")
+    result = project.run(ALPHA, "--redline-full", "--redline-report=report.json")
     assert result.ret == 1
     assert result.parseoutcomes() == {"passed": 112, "errors": 8}  # the batch q0..q7
+    assert result.stdout.str().count("RuntimeError: fake engine exploded on q5") == 1  # in full once, then pointers
     result.stdout.fnmatch_lines([
         "*engine 'fake' failed on batch 1 of config 'fast' (prompts q0 .. q7): RuntimeError: fake engine exploded on q5*",
+        "*engine 'fake' failed on batch 1 of config 'fast' (prompts q0 .. q7) (the full error is reported at redline.yaml::fast::q0)",
         "*PARTIAL RUN: 8 of 120 items produced no outcome*",
         "*errored: 8 (fast::q0, fast::q1, fast::q2, ... (5 more))*",
         "*REDLINE NOT CERTIFIED*",
@@ -212,27 +214,30 @@ def test_rerun_reuses_store_with_identical_verdict(project: Project) -> None:
     second = project.run(ALPHA, "--redline-report=second.json")
     assert first.ret == second.ret == 0
     assert len(project.calls()) == calls
-    second.stdout.fnmatch_lines(["*outcomes: 180 reused from the store, 0 decoded*"])
     one, two = project.report("first.json"), project.report("second.json")
-    assert one.pop("outcomes") == {"reused": 0, "decoded": 180}
-    assert two.pop("outcomes") == {"reused": 180, "decoded": 0}
+    run = one["spend"]["items_run"]
+    second.stdout.fnmatch_lines([f"*outcomes: {run} reused from the store, 0 decoded*"])
+    assert one.pop("outcomes") == {"reused": 0, "decoded": run}
+    assert two.pop("outcomes") == {"reused": run, "decoded": 0}
+    spent, again = one.pop("spend"), two.pop("spend")
+    assert (again["forwards"], again["decoded_forwards"]) == (spent["forwards"], 0)
     assert one == two
 
 
 def test_store_key_separates_devices(project: Project) -> None:
     project.grid()
-    project.run(ALPHA)
+    project.run(ALPHA, "--redline-full")
     project.grid(engine_args="{log_path: calls.jsonl, device: cuda}")
-    result = project.run(ALPHA)
+    result = project.run(ALPHA, "--redline-full")
     result.stdout.fnmatch_lines(["*outcomes: 0 reused from the store, 180 decoded*"])
 
 
 def test_no_cache_neither_reuses_nor_keeps(project: Project) -> None:
     project.grid()
-    project.run(ALPHA)
-    result = project.run(ALPHA, "--redline-no-cache")
+    project.run(ALPHA, "--redline-full")
+    result = project.run(ALPHA, "--redline-full", "--redline-no-cache")
     result.stdout.fnmatch_lines(["*outcomes: 0 reused from the store, 180 decoded*"])
-    result = project.run(ALPHA, "--redline-cache-dir", "elsewhere")
+    result = project.run(ALPHA, "--redline-full", "--redline-cache-dir", "elsewhere")
     result.stdout.fnmatch_lines(["*outcomes: 0 reused from the store, 180 decoded*"])
     assert (project.path / "elsewhere" / "outcomes.sqlite").exists()
 
@@ -244,18 +249,19 @@ def test_progress_lines_show_under_quiet(project: Project, monkeypatch: pytest.M
     result.stdout.fnmatch_lines([
         "redline fake-grid ref: 8/60 prompts, batch 1/8 (1 decoded), * s",
         "redline fake-grid ref: 60/60 prompts, batch 8/8 (8 decoded), * s",
+        "redline fake-grid rash: 16/60 prompts, batch 2/8 (2 decoded), * s, stopped: cannot be certified",
     ])
 
 
 def test_roundtrip_outcome_csv_through_replay(project: Project) -> None:
     project.grid()
-    first = project.run(ALPHA, "--redline-outcomes=out.csv", "--redline-report=live.json")
+    first = project.run(ALPHA, "--redline-full", "--redline-outcomes=out.csv", "--redline-report=live.json")
     assert first.ret == 0
     project.grid(
         "name: replayed\nengine: replay\nengine_args: {outcomes: out.csv}\ncost: tpf\nreference: ref\ndeploy: fastest\n",
         filename="replay.yaml",
     )
-    second = project.run(ALPHA, "--redline-grid=replay.yaml", "--redline-report=replay.json")
+    second = project.run(ALPHA, "--redline-full", "--redline-grid=replay.yaml", "--redline-report=replay.json")
     assert second.ret == 0
     live, replayed = project.report("live.json"), project.report("replay.json")
     strip = ("params",)
@@ -267,7 +273,7 @@ def test_roundtrip_outcome_csv_through_replay(project: Project) -> None:
 
 def test_stop_after_first_error_is_partial(project: Project) -> None:
     project.grid(configs="{ref: {forwards: 10}, fast: {forwards: 5, fail_on: q5}}")
-    result = project.run(ALPHA, "-x")
+    result = project.run(ALPHA, "--redline-full", "-x")
     assert result.ret == 1
     result.stdout.fnmatch_lines([
         "*PARTIAL RUN: 60 of 120 items produced no outcome*",

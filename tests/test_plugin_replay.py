@@ -2,7 +2,8 @@
 
 Published (Table 2, the first 7 configs, delta = 0.10): at alpha = 0.10 Redline deploys
 acc85/semi70 with +37.5 % TPF and -4.0 accuracy points; alpha_min is 0.07. At alpha = 0.05
-acc85/semi70 is not certified (its observed risk 0.072 exceeds alpha).
+acc85/semi70 is not certified (its observed risk 0.072 exceeds alpha). The schedule gives
+the same valid sets and deployment for about two thirds of the naive forwards.
 """
 from __future__ import annotations
 
@@ -32,24 +33,36 @@ def project(pytester: pytest.Pytester) -> Project:
 
 def test_replay_reproduces_published_llada2_math(project: Project) -> None:
     project.grid(GRID)
-    selected = project.run("--redline-alpha=0.1", "--redline-report=select.json")
-    assert selected.ret == 0
-    assert selected.parseoutcomes() == {"passed": 6733, "regressed": 351}
-    selected.stdout.fnmatch_lines([
+    full = project.run("--redline-alpha=0.1", "--redline-full", "--redline-report=full.json")
+    assert full.ret == 0
+    assert full.parseoutcomes() == {"passed": 6733, "regressed": 351}
+    full.stdout.fnmatch_lines([
         "*CERTIFIED (llada2-math-published, select): deploy acc85/semi70 (+37.5% tpf, -4.0 accuracy points)*",
         "*REDLINE CERTIFIED: 1 grid*",
     ])
-    report = project.report("select.json")
+    report = project.report("full.json")
     assert (report["n"], report["m"], report["deployed"], report["alpha_min"]) == (1012, 7, "acc85/semi70", 0.07)
     deployed = report["configs"][0]
     assert deployed["name"] == "acc85/semi70"
     assert round(deployed["gain"], 1) == 37.5 and round(deployed["net_accuracy_points"], 1) == -4.0
 
+    scheduled = project.run("--redline-alpha=0.1", "--redline-report=scheduled.json")
+    assert scheduled.ret == 0
+    one = project.report("scheduled.json")
+    assert [c["valid"] for c in one["configs"]] == [c["valid"] for c in report["configs"]]
+    assert one["deployed"] == report["deployed"] and one["alpha_min"] == report["alpha_min"]
+    for a, b in zip(one["configs"], report["configs"]):  # replayed: cost, gain and d_acc on all prompts
+        assert (a["cost"], a["gain"], a["net_accuracy_points"]) == (b["cost"], b["gain"], b["net_accuracy_points"])
+    spend = one["spend"]
+    assert spend["exact"] and spend["naive_forwards"] == report["spend"]["forwards"]
+    assert 0.4 <= spend["ratio"] <= 0.7
+    assert one["schedule"]["skipped"]["reference_wrong"] == 6 * 138  # 138 prompts the reference gets wrong
+    scheduled.stdout.fnmatch_lines(["*spend: * forwards on * of 7084 items vs 1,111,267 for the full grid: 0.6*x (exact*"])
+
     gated = project.run("--redline-alpha=0.05", "--redline-deploy", "acc85/semi70", "--redline-report=gate.json")
     assert gated.ret == 1
     gated.stdout.fnmatch_lines([
-        "*acc85/semi70*73*0.0721*NOT valid*no n would certify it: risk 0.0721 >= alpha*",
-        "*outcomes: 7084 reused from the store, 0 decoded*",
+        "*acc85/semi70*>=*NOT valid*stopped early: cannot be certified; no n would certify it: risk 0.0721 >= alpha*",
         "*NOT CERTIFIED (llada2-math-published, gate): 1 of 1 required configs not valid at alpha=0.05: acc85/semi70*",
         "*REDLINE NOT CERTIFIED: llada2-math-published (exit status 1)*",
     ])
