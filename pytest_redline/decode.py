@@ -160,6 +160,9 @@ class Decoder:
             if missing:
                 self.fallback = f"the reference has no outcome on {missing} prompts"
                 self._runs[config] = None
+            elif not any(reference):
+                self.fallback = "the reference answers no prompt correctly, so candidates' costs could not be measured"
+                self._runs[config] = None
             else:
                 self._runs[config] = self._scheduled_run(config, reference)
                 self._ran[config] = set(self._runs[config].ran)

@@ -12,6 +12,11 @@ where the config says otherwise, and costs ``forwards`` forwards per prompt:
 ``log_path: PATH`` appends one JSON line per ``generate`` call (config, prompt ids, pid), and
 ``delay`` sleeps that long per call, to watch or interrupt decoding.
 
+``TableSuite`` and ``TableEngine`` serve an outcome CSV as a *live* grid (a suite, and an
+engine that does not record its prompts), so the schedule treats it as it treats a real
+model, unlike ``replay``: ``suite: table``, ``engine: table``, both with ``outcomes: PATH``,
+and ``configs: {name: {config: name}}``.
+
 :func:`install` registers both under the ``redline.engines`` / ``redline.suites``
 entry-point groups of a pytester directory, as an installed package would.
 """
@@ -89,15 +94,50 @@ class FakeEngine:
         return out
 
 
+class TableSuite:
+    name = "table"
+
+    def __init__(self, outcomes: str) -> None:
+        from pytest_redline.outcomes import OutcomeTable
+
+        self.prompt_ids = OutcomeTable.read_csv(outcomes).prompts
+
+    def prompts(self) -> list[Prompt]:
+        return [Prompt(id=p, text=p) for p in self.prompt_ids]
+
+    def score(self, prompt: Prompt, text: str) -> bool:
+        raise AssertionError("the table engine sets `correct`; nothing to score")
+
+
+class TableEngine:
+    name = "table"
+
+    def __init__(self, outcomes: str) -> None:
+        from pytest_redline.outcomes import OutcomeTable
+
+        self.path, self.table = outcomes, OutcomeTable.read_csv(outcomes)
+
+    def fingerprint(self) -> str:
+        return Path(self.path).read_text()
+
+    def generate(self, prompts, config):
+        row = self.table.index(config["config"])
+        columns = [self.table.prompts.index(p.id) for p in prompts]
+        return [Generation(text="", tokens=float(self.table.tokens[row, j]), forwards=float(self.table.forwards[row, j]),
+                           extra={}, correct=bool(self.table.correct[row, j])) for j in columns]
+
+
 # Plugins the gate's tests do not need; hypothesis's and benchmark's slow down every run.
 QUIET = ("-p", "no:cacheprovider", "-p", "no:hypothesispytest", "-p", "no:benchmark", "-p", "no:anyio")
 DIST_INFO = "redline_fakes-0.0.dist-info"
 ENTRY_POINTS = """\
 [redline.engines]
 fake = redline_fakes:FakeEngine
+table = redline_fakes:TableEngine
 
 [redline.suites]
 fake = redline_fakes:FakeSuite
+table = redline_fakes:TableSuite
 """
 
 

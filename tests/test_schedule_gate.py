@@ -1,0 +1,183 @@
+"""End-to-end: the schedule through pytest itself (pytester), with the fake engine and suite.
+
+The fake grid (redline_fakes.GRID): n = 60, batches of 8, reference `ref` (always right),
+`fast` (wrong on q3: valid at alpha = 0.1), `rash` (wrong on every 4th prompt: stops
+early, it cannot be certified).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+from redline_fakes import Project
+from test_schedule import random_table
+
+pytest_plugins = ["pytester"]
+
+ALPHA = "--redline-alpha=0.1"
+WRONG_REFERENCE = "{ref: {forwards: 10, wrong: [q1, q2]}, fast: {forwards: 5, wrong: [q3]}, rash: {forwards: 2, wrong_every: 4}}"
+
+
+@pytest.fixture
+def project(pytester: pytest.Pytester) -> Project:
+    return Project(pytester)
+
+
+def by_name(report: dict) -> dict[str, dict]:
+    return {c["name"]: c for c in report["configs"]}
+
+
+def test_skipped_items_show_why(project: Project) -> None:
+    project.grid(configs=WRONG_REFERENCE)
+    result = project.run(ALPHA, "-rs", "--redline-report=report.json")
+    assert result.ret == 0
+    report = project.report()
+    configs = by_name(report)
+    early, regressed = report["schedule"]["skipped"]["early_stop"], len(report["regressions"])
+    assert result.parseoutcomes() == {"passed": 180 - 4 - early - regressed, "regressed": regressed, "skipped": 4 + early}
+    result.stdout.fnmatch_lines([
+        "*rash*16*>=5*NOT valid*stopped early: cannot be certified*",
+        f"*schedule: reference first, candidates in a seeded order (seed 0); skipped 4 items where the reference is "
+        f"wrong and {early} after early stops (1 cannot be certified, 0 certain to pass)",
+        "*spend: 922 forwards on 134 of 180 items vs 1,020 for the full grid: 0.90x (the rest estimated at each config's mean)*",
+        "*note: costs were measured on the prompts each config ran on*",
+        "SKIPPED [[]4[]] *: redline: reference wrong on this prompt",
+        f"SKIPPED [[]{early}[]] *: redline: early stop, verdict already decided (cannot be certified)",
+    ])
+    assert report["schedule"] == {"mode": "scheduled", "seed": 0, "skipped": {"reference_wrong": 4, "early_stop": early},
+                                  "cost_basis": "prompts run", "deploy_may_differ": True}
+    assert (configs["ref"]["prompts_run"], configs["fast"]["prompts_run"], configs["rash"]["prompts_run"]) == (60, 58, 16)
+    assert "q1" not in configs["fast"]["ran_on"] and "q1" in configs["ref"]["ran_on"]
+    assert (configs["rash"]["stopped"], configs["rash"]["violations_bound"]) == ("cannot be certified", "lower")
+    assert (configs["fast"]["stopped"], configs["fast"]["violations_bound"], configs["fast"]["valid"]) == (None, "exact", True)
+    assert configs["fast"]["net_accuracy_points"] == pytest.approx(-100 / 58)  # paired with the reference on its 58 prompts
+    assert report["spend"]["exact"] is False and report["spend"]["items_run"] == 134
+
+
+def test_full_option_decodes_everything(project: Project) -> None:
+    project.grid(configs=WRONG_REFERENCE)
+    result = project.run(ALPHA, "--redline-full", "--redline-report=report.json")
+    assert result.ret == 0
+    assert result.parseoutcomes() == {"passed": 164, "regressed": 16}
+    result.stdout.fnmatch_lines(["*schedule: full (--redline-full)", "*spend: 1,020 forwards on 180 of 180 items vs 1,020 *: 1.00x (exact*"])
+    report = project.report()
+    assert report["schedule"]["mode"] == "full (--redline-full)"
+    assert all(c["prompts_run"] == 60 and c["stopped"] is None for c in report["configs"])
+
+
+def test_equivalent_verdict_any_seed(project: Project) -> None:
+    project.grid()
+    project.run(ALPHA, "--redline-report=zero.json")
+    zero = {(c["config"]["forwards"], tuple(c["prompts"])) for c in project.calls()}
+    project.run(ALPHA, "--redline-seed=5", "--redline-report=five.json")
+    five = {(c["config"]["forwards"], tuple(c["prompts"])) for c in project.calls()} - zero
+    assert all(forwards != 10 for forwards, _ in five)  # the reference's batches are reused; candidates' reordered
+    one, two = project.report("zero.json"), project.report("five.json")
+    assert [c["valid"] for c in one["configs"]] == [c["valid"] for c in two["configs"]]
+    assert (one["deployed"], two["schedule"]["seed"]) == (two["deployed"], 5)
+
+
+def test_incremental_rerun_decodes_only_changed_config(project: Project) -> None:
+    project.grid()
+    project.run(ALPHA)
+    before = len(project.calls())
+    unchanged = project.run(ALPHA, "--redline-report=unchanged.json")
+    assert len(project.calls()) == before  # nothing changed: nothing decoded
+    assert unchanged.ret == 0 and project.report("unchanged.json")["outcomes"]["decoded"] == 0
+    project.grid(configs="{ref: {forwards: 10}, fast: {forwards: 6, wrong: [q3]}, rash: {forwards: 2, wrong_every: 4}}")
+    changed = project.run(ALPHA, "--redline-report=changed.json")
+    assert changed.ret == 0
+    assert {call["config"]["forwards"] for call in project.calls()[before:]} == {6}  # only `fast`
+    report = project.report("changed.json")
+    assert report["outcomes"]["decoded"] == by_name(report)["fast"]["prompts_run"] == 60
+
+
+def test_outcome_export_needs_full_run(project: Project) -> None:
+    project.grid()
+    refused = project.run(ALPHA, "--redline-outcomes=out.csv")
+    assert refused.ret == pytest.ExitCode.USAGE_ERROR
+    refused.stderr.fnmatch_lines(["*--redline-outcomes writes complete outcome tables, but the schedule skips items *"
+                                  "(redline.yaml): add --redline-full*"])
+    assert project.calls() == []
+    assert project.run(ALPHA, "--redline-full", "--redline-outcomes=out.csv").ret == 0
+    project.grid("name: replayed\nengine: replay\nengine_args: {outcomes: out.csv}\ncost: tpf\nreference: ref\n"
+                 "deploy: fastest\n", filename="replay.yaml")
+    replayed = project.run(ALPHA, "--redline-grid=replay.yaml", "--redline-outcomes=again.csv")  # replayed: allowed
+    assert replayed.ret == 0
+    assert (project.path / "again.csv").read_text() == (project.path / "out.csv").read_text()
+
+
+def test_fallback_to_full_run_when_selection_partial(project: Project) -> None:
+    project.grid()
+    result = project.run(ALPHA, "-k", "not q1", "--redline-report=report.json")
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(["*PARTIAL RUN: 33 of 180 items produced no outcome*",
+                                 "*schedule: full: scheduling could not hold (33 of 180 items not selected)"])
+    assert "skipped" not in result.parseoutcomes()
+
+
+def test_fallback_to_full_run_when_reference_errors(project: Project) -> None:
+    project.grid(configs="{ref: {forwards: 10, fail_on: q5}, fast: {forwards: 5, wrong: [q3]}}")
+    result = project.run(ALPHA)
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(["*schedule: full: scheduling could not hold (the reference has no outcome on 8 prompts)"])
+    assert sorted(len(c["prompts"]) for c in project.calls() if c["config"]["forwards"] == 5) == [4] + [8] * 7
+
+
+# --------------------------------------------------------------------------- usage errors and failures
+
+
+@pytest.mark.parametrize(("replace", "key"), [
+    ({"engine_args": "{log_path: calls.jsonl, model: models/missing}"}, "engine_args.model"),
+    ({"suite_args": "{n: 60, path: data/missing.jsonl}"}, "suite_args.path"),
+    ({"configs": "{ref: {}, fast: {engine_args: {draft: drafts/small}}}"}, "configs.fast.engine_args.draft"),
+])
+def test_usage_error_missing_input_path(project: Project, replace: dict, key: str) -> None:
+    project.grid(**replace)
+    result = project.run(ALPHA)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    resolved = Path(project.path, *list(replace.values())[0].split(": ")[-1].rstrip("}").split(", ")[0].split("/"))
+    result.stderr.fnmatch_lines([f"*redline.yaml: {key}: expected an existing file or folder, got {resolved} "
+                                 "(no such file or folder; relative paths resolve against the grid file's folder)"])
+    assert project.calls() == [] and not (project.path / ".redline").exists()
+
+
+def test_engine_build_failure_reported_once(project: Project) -> None:
+    project.grid(engine_args="{log_path: calls.jsonl, colour: red}")
+    result = project.run(ALPHA)
+    assert result.ret == 1
+    assert result.parseoutcomes() == {"errors": 180}
+    text = result.stdout.str()
+    assert text.count("TypeError") == 1  # the one full error; every other item points to it
+    assert text.count("config 'ref': its engine failed to build (the full error is reported at redline.yaml::ref::q0)") == 179
+
+
+# --------------------------------------------------------------------------- the law, through the gate
+
+
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 2**32 - 1), m=st.integers(2, 4), n=st.integers(60, 150), alpha=st.sampled_from([0.1, 0.2]))
+@example(seed=0, m=4, n=150, alpha=0.2)
+def test_equivalent_valid_sets_scheduled_and_full_through_gate(project: Project, seed: int, m: int, n: int, alpha: float) -> None:
+    """Random outcome tables, gated twice (scheduled and --redline-full) as a replayed grid and
+    as a live one: the same valid sets; the same deployed config, except (live only) when two
+    valid configs' costs change order on the prompts they ran on."""
+    random_table(seed, m, n).write_csv(project.path / "table.csv")
+    names = ", ".join(f"c{i}: {{config: c{i}}}" for i in range(m))
+    project.grid(f"name: replayed\nengine: replay\nengine_args: {{outcomes: table.csv}}\nreference: c0\ndeploy: fastest\n",
+                 filename="replayed.yaml")
+    project.grid(f"name: live\nsuite: table\nsuite_args: {{outcomes: table.csv}}\nengine: table\n"
+                 f"engine_args: {{outcomes: table.csv}}\nreference: c0\nconfigs: {{{names}}}\ndeploy: fastest\n",
+                 filename="live.yaml")
+    grids = ["--redline-grid=replayed.yaml", "--redline-grid=live.yaml", "--redline-no-cache", f"--redline-alpha={alpha}"]
+    assert project.run(*grids, "--redline-report=scheduled.json").ret == 0
+    assert project.run(*grids, "--redline-full", "--redline-report=full.json").ret == 0
+    for scheduled, full in zip(project.report("scheduled.json")["grids"], project.report("full.json")["grids"]):
+        assert [c["valid"] for c in scheduled["configs"]] == [c["valid"] for c in full["configs"]]
+        if scheduled["deployed"] != full["deployed"]:
+            assert scheduled["grid"] == "live" and scheduled["schedule"]["deploy_may_differ"]
+            a, b = by_name(full)[full["deployed"]], by_name(scheduled)[scheduled["deployed"]]
+            assert (a["valid"] or a["name"] == "c0") and (b["valid"] or b["name"] == "c0")
+            assert by_name(full)[b["name"]]["cost"] <= a["cost"] and by_name(scheduled)[a["name"]]["cost"] <= b["cost"]
