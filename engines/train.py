@@ -37,6 +37,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from transformers import AutoModelForCausalLM
 
 from engines.modeling import ModelConfig, build_model, two_copy_mask
 from engines.tokenizer import SPECIALS, build_tokenizer
@@ -46,6 +47,7 @@ from suites.arithmetic import stream
 @dataclass
 class TrainConfig:
     out: str = "engines/models/bd-tiny"
+    init: str = ""  # continue from this save_pretrained folder (its weights; a fresh optimizer)
     objective: str = "bd"
     seed: int = 0
     steps: int = 1000
@@ -189,6 +191,8 @@ def train(cfg: TrainConfig) -> None:
     torch.manual_seed(cfg.seed)
     tokenizer = build_tokenizer()
     model = build_model(cfg.model, tokenizer)
+    if cfg.init:
+        model = AutoModelForCausalLM.from_pretrained(cfg.init, local_files_only=True, dtype=torch.float32)
     model.train()
     loss_fn = OBJECTIVES[cfg.objective]
     args = (tokenizer.mask_token_id, len(SPECIALS), len(tokenizer))
