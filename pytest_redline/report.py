@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from pytest_redline.ledger import REASONS
-from pytest_redline.verdict import GridVerdict
+from pytest_redline.verdict import PROMPTS_LIMIT, GridVerdict
 
 EXAMPLES = 3
 ANSWER_CHARS = 300
@@ -72,7 +72,9 @@ def _note(v: GridVerdict, i: int) -> str:
     if not r.valid[i] and i != r.reference_index:
         needed = v.prompts_needed(r.names[i])
         risk = v.risk_estimate(i)
-        if needed is None:
+        if v.needs_over_limit(r.names[i]):
+            notes.append(f"over {PROMPTS_LIMIT} prompts would be needed to certify it at this risk")
+        elif needed is None:
             notes.append(f"no n would certify it: risk {risk:.4f} >= alpha")
         else:
             notes.append(f"n={needed} prompts would certify it with 80% power at this risk")
@@ -257,6 +259,8 @@ def _configs(v: GridVerdict) -> list[dict[str, Any]]:
         entry["violations_bound"] = sched.bounds[i] if sched else "exact"
         if not entry["valid"] and entry["name"] != v.cal.reference:
             entry["prompts_needed"] = v.prompts_needed(entry["name"])
+            if v.needs_over_limit(entry["name"]):
+                entry["prompts_needed_over"] = PROMPTS_LIMIT
     return entries
 
 

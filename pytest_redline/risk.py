@@ -42,6 +42,7 @@ __all__ = [
     "holm_adjusted",
     "power",
     "prompts_needed",
+    "prompts_needed_approx",
     "sweep",
     "violations",
 ]
@@ -431,6 +432,28 @@ def _risk_below(name: str, value: Any, bound: float) -> float:
     return x
 
 
+def _normal_n(alpha: float, true_risk: float, level: float, power: float) -> float:
+    z = special.ndtri(1.0 - level) * math.sqrt(alpha * (1 - alpha)) + special.ndtri(power) * math.sqrt(
+        true_risk * (1 - true_risk)
+    )
+    return (z / (alpha - true_risk)) ** 2
+
+
+def prompts_needed_approx(alpha: float, true_risk: float, m: int, delta: float = 0.10, power: float = 0.8) -> float:
+    """The normal approximation of :func:`prompts_needed`, in constant time.
+
+    The exact scan takes time in proportion to its answer (seconds at tens of thousands of
+    prompts); this says beforehand whether the answer is that large.
+
+    >>> round(prompts_needed_approx(0.05, 0.03, 8))
+    999
+    """
+    alpha = _open_unit("alpha", alpha)
+    true_risk = _risk_below("true_risk", true_risk, alpha)
+    m = _positive_int("m", m)
+    return _normal_n(alpha, true_risk, _open_unit("delta", delta) / m, _open_unit("power", power))
+
+
 def prompts_needed(alpha: float, true_risk: float, m: int, delta: float = 0.10, power: float = 0.8) -> int:
     """The calibration size n above which a config of risk ``true_risk`` passes with ``power``.
 
@@ -452,10 +475,7 @@ def prompts_needed(alpha: float, true_risk: float, m: int, delta: float = 0.10, 
     delta = _open_unit("delta", delta)
     target = _open_unit("power", power)
     level = delta / m
-    z = special.ndtri(1.0 - level) * math.sqrt(alpha * (1 - alpha)) + special.ndtri(target) * math.sqrt(
-        true_risk * (1 - true_risk)
-    )
-    hi = max(64, int(2 * (z / (alpha - true_risk)) ** 2) + 64)
+    hi = max(64, int(2 * _normal_n(alpha, true_risk, level, target)) + 64)
     while True:
         n = np.arange(1, hi + 1, dtype=np.int64)
         failing = np.flatnonzero(_power(n, alpha, true_risk, level) < target)

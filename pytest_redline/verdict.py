@@ -25,6 +25,7 @@ from pytest_redline.ledger import GridRecord, Missing
 from pytest_redline.schedule import CANNOT, CERTAIN, REFERENCE_WRONG, StopRule
 
 POWER = 0.8
+PROMPTS_LIMIT = 20_000  # the exact count takes seconds per ten thousand prompts; beyond this, say "more than"
 BOUNDS = {None: "exact", CANNOT: "lower", CERTAIN: "upper"}  # what a config's violation count is
 
 
@@ -176,13 +177,25 @@ class GridVerdict:
         return float(self.scheduled.risk_estimate[i] if self.scheduled else self.result.risk[i])
 
     def prompts_needed(self, name: str) -> int | None:
-        """Prompts that would certify ``name`` with 80 % power if its observed risk held; None if no n would."""
+        """Prompts that would certify ``name`` with 80 % power if its observed risk held; None if
+        no n would, or if more than :data:`PROMPTS_LIMIT` would (:meth:`needs_over_limit`)."""
         from pytest_redline.risk import prompts_needed
 
-        risk = self.risk_estimate(self.result.names.index(name))
-        if risk >= self.cal.alpha:
+        if self._risk_of(name) >= self.cal.alpha or self.needs_over_limit(name):
             return None
-        return prompts_needed(self.cal.alpha, risk, self.cal.m, self.cal.delta_share, power=POWER)
+        return prompts_needed(self.cal.alpha, self._risk_of(name), self.cal.m, self.cal.delta_share, power=POWER)
+
+    def needs_over_limit(self, name: str) -> bool:
+        """Whether certifying ``name`` would take over PROMPTS_LIMIT prompts (normal approximation)."""
+        from pytest_redline.risk import prompts_needed_approx
+
+        risk = self._risk_of(name)
+        if risk >= self.cal.alpha:
+            return False
+        return prompts_needed_approx(self.cal.alpha, risk, self.cal.m, self.cal.delta_share, power=POWER) > PROMPTS_LIMIT
+
+    def _risk_of(self, name: str) -> float:
+        return self.risk_estimate(self.result.names.index(name))
 
 
 def judge(record: GridRecord, spend: Any = None, mode: str = "full") -> GridVerdict:

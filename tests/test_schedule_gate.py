@@ -154,6 +154,16 @@ def test_engine_build_failure_reported_once(project: Project) -> None:
     assert text.count("config 'ref': its engine failed to build (the full error is reported at redline.yaml::ref::q0)") == 179
 
 
+def test_prompts_needed_over_limit_said_not_computed(project: Project) -> None:
+    wrong = ", ".join(f"q{i}" for i in range(0, 190, 10))  # risk 19/200, just under alpha: ~22,000 prompts needed
+    project.grid(suite_args="{n: 200}", configs=f"{{ref: {{}}, near: {{forwards: 5, wrong: [{wrong}]}}}}", deploy="near")
+    result = project.run(ALPHA, "--redline-full", "--redline-report=report.json")
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(["*near*NOT valid*over 20000 prompts would be needed to certify it at this risk"])
+    near = by_name(project.report())["near"]
+    assert (near["prompts_needed"], near["prompts_needed_over"]) == (None, 20000)
+
+
 # --------------------------------------------------------------------------- the law, through the gate
 
 
