@@ -1,0 +1,222 @@
+"""Speculative decoding: a small draft model proposes, the target verifies, batched over prompts.
+
+Each round, for every request of the batch:
+
+1. the draft proposes ``num_draft_tokens`` (γ) tokens greedily, one forward per token (its first
+   forward also feeds whatever of the accepted sequence it has not seen yet, the prompt included);
+2. the target runs **one** forward over the tokens it has not cached (at least the last accepted
+   token) followed by the γ proposals, giving the distributions p_1 .. p_{γ+1} (the very first of
+   these forwards is the prefill);
+3. the acceptance rule keeps the first n proposals, and the target's own token argmax p_{n+1} is
+   appended, so a round yields n + 1 tokens (fewer at the first EOS or at ``max_new_tokens``):
+
+   - ``lossless``: proposal k is kept while it equals argmax p_k, so the output is exactly the
+     target's greedy output (the target verifies every token);
+   - ``typical`` (Medusa's typical acceptance): proposal x is kept while
+     p_k(x) > min(ε, δ · exp(−H(p_k))), where p_k = softmax(target logits / ``temperature``),
+     H is its entropy (exact, no smoothing), ε = ``posterior_threshold`` and
+     δ = ``posterior_alpha`` (default √ε). This is lossy: a kept token need not be the target's
+     argmax. At ``temperature`` 0 the rule is the lossless one; with ε = 0 every proposal is kept.
+
+4. both caches are rolled back: each keeps only K/V of tokens that are in the accepted sequence
+   (``autoregressive.RowCache.retain``), so a rejected proposal never influences later logits.
+
+Rows accept different numbers of tokens, and finished requests leave the batch.
+
+Counting (see ``engines.base``): ``forwards`` = the target forwards of the request (rounds, the
+prefill included); ``tokens`` = generated tokens up to and including the first EOS; in ``extra``:
+``draft_forwards``, ``accepted_draft_tokens`` (proposals kept) and ``proposed_draft_tokens``.
+The cost is ``apf`` = tokens / target forwards.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import torch
+import transformers
+
+from engines import modeling
+from engines.autoregressive import AR_DRAFT, AR_TARGET, Request, RowCache, encode, eos_ids
+from engines.base import Generation
+from suites.base import Prompt
+
+ACCEPTANCE = ("lossless", "typical")
+DEFAULTS: dict[str, Any] = {
+    "acceptance": "lossless",
+    "num_draft_tokens": 4,
+    "posterior_threshold": 0.09,  # ε (Medusa's default)
+    "posterior_alpha": None,  # δ; None: √ε
+    "temperature": 1.0,  # of the softmax that the typical criterion reads
+    "max_new_tokens": 96,
+    "use_cache": True,  # False recomputes every forward from the first token: the reference for tests
+}
+TYPICAL_ONLY = ("posterior_threshold", "posterior_alpha", "temperature")
+
+
+@dataclass(frozen=True)
+class SpecConfig:
+    acceptance: str
+    num_draft_tokens: int
+    posterior_threshold: float
+    posterior_alpha: float
+    temperature: float
+    max_new_tokens: int
+    use_cache: bool
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any]) -> "SpecConfig":
+        unknown = sorted(set(params) - set(DEFAULTS))
+        if unknown:
+            raise ValueError(f"speculative: unknown config key {unknown[0]!r}; known keys: {', '.join(DEFAULTS)}")
+        values = {**DEFAULTS, **params}
+        if values["acceptance"] not in ACCEPTANCE:
+            raise ValueError(f"speculative: acceptance: expected one of {', '.join(ACCEPTANCE)}, got {values['acceptance']!r}")
+        if values["acceptance"] == "lossless":
+            given = [key for key in TYPICAL_ONLY if key in params]
+            if given:
+                raise ValueError(f"speculative: {given[0]}: applies only to acceptance: typical, got acceptance: lossless")
+        for key in ("num_draft_tokens", "max_new_tokens"):
+            if isinstance(values[key], bool) or not isinstance(values[key], int) or values[key] < 1:
+                raise ValueError(f"speculative: {key}: expected int >= 1, got {values[key]!r}")
+        if values["posterior_alpha"] is None:
+            values["posterior_alpha"] = _number(values, "posterior_threshold", 0.0, 1.0) ** 0.5
+        _number(values, "posterior_threshold", 0.0, 1.0)
+        _number(values, "posterior_alpha", 0.0, math.inf)
+        _number(values, "temperature", 0.0, math.inf)
+        if not isinstance(values["use_cache"], bool):
+            raise ValueError(f"speculative: use_cache: expected true or false, got {values['use_cache']!r}")
+        return cls(**values)
+
+
+def _number(values: Mapping[str, Any], key: str, low: float, high: float) -> float:
+    value = values[key]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+        raise ValueError(f"speculative: {key}: expected a number in [{low}, {high}], got {value!r}")
+    return float(value)
+
+
+def accepted_lengths(logits: torch.Tensor, proposals: torch.Tensor, cfg: SpecConfig) -> torch.Tensor:
+    """How many leading proposals each row keeps: ``logits`` (rows, γ+1, vocab), ``proposals`` (rows, γ)."""
+    scores = logits[:, :-1].to(torch.promote_types(logits.dtype, torch.float32))
+    if cfg.acceptance == "lossless" or cfg.temperature == 0:
+        keep = proposals == scores.argmax(-1)
+    else:
+        p = (scores / cfg.temperature).softmax(-1)
+        entropy = torch.special.entr(p).sum(-1)
+        threshold = torch.clamp(cfg.posterior_alpha * torch.exp(-entropy), max=cfg.posterior_threshold)
+        keep = p.gather(-1, proposals[..., None])[..., 0] > threshold
+    return keep.long().cumprod(-1).sum(-1)
+
+
+class SpeculativeEngine:
+    """``SpeculativeEngine(target=PATH, draft=PATH, device="auto", dtype="auto")``; the models
+    default to the embedded ``ar-target`` and ``ar-draft``. Both must share one tokenizer."""
+
+    name = "speculative"
+
+    def __init__(
+        self,
+        target: str | Path | None = None,
+        draft: str | Path | None = None,
+        device: str = "auto",
+        dtype: str = "auto",
+        trust_remote_code: bool = False,
+    ):
+        self.target_path = Path(target) if target is not None else AR_TARGET
+        self.draft_path = Path(draft) if draft is not None else AR_DRAFT
+        self.target, self.tokenizer = modeling.load(self.target_path, device, dtype, trust_remote_code)
+        self.draft, draft_tokenizer = modeling.load(self.draft_path, device, dtype, trust_remote_code)
+        check_same_tokenizer(self.tokenizer, draft_tokenizer, self.target_path, self.draft_path)
+        self.device = next(self.target.parameters()).device
+        self.dtype = next(self.target.parameters()).dtype
+        self.eos = eos_ids(self.target, self.tokenizer, str(self.target_path))
+        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else min(self.eos)
+        self._fingerprint: str | None = None
+
+    # -- protocol ---------------------------------------------------------------------------
+
+    def fingerprint(self) -> str:
+        if self._fingerprint is None:
+            parts = (modeling.fingerprint(self.target_path), modeling.fingerprint(self.draft_path))
+            self._fingerprint = hashlib.sha256(":".join(parts).encode()).hexdigest()
+        return self._fingerprint
+
+    def describe(self) -> dict[str, str]:
+        return {
+            "engine": self.name,
+            "target": str(self.target_path),
+            "draft": str(self.draft_path),
+            "device": str(self.device),
+            "dtype": str(self.dtype).removeprefix("torch."),
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "quantization": "none",
+        }
+
+    def generate(self, prompts: Sequence[Prompt], config: Mapping[str, Any]) -> list[Generation]:
+        cfg = SpecConfig.from_params(config)
+        requests = [self._request(p, cfg) for p in prompts]
+        self.decode(requests, cfg)
+        return [self._generation(r) for r in requests]
+
+    # -- decoding ---------------------------------------------------------------------------
+
+    def _request(self, prompt: Prompt, cfg: SpecConfig) -> Request:
+        ids = encode(self.tokenizer, prompt, self.name)
+        return Request(tokens=ids, prompt_len=len(ids), limit=len(ids) + cfg.max_new_tokens, eos=self.eos)
+
+    @torch.no_grad()
+    def decode(self, requests: Sequence[Request], cfg: SpecConfig) -> None:
+        """Decode ``requests`` as one batch, in place."""
+        gamma = cfg.num_draft_tokens
+        running = [r for r in requests if not r.done]
+        target = RowCache(self.target, len(running), self.pad_id, recompute=not cfg.use_cache)
+        draft = RowCache(self.draft, len(running), self.pad_id, recompute=not cfg.use_cache)
+        while running:
+            proposals = self._propose(draft, running, gamma)
+            feeds = [r.tokens[target.cached(i) :] + p for i, (r, p) in enumerate(zip(running, proposals.tolist()))]
+            logits = target.forward(feeds, keep=gamma + 1)
+            kept = accepted_lengths(logits, proposals, cfg)
+            own = logits[torch.arange(len(running), device=logits.device), kept].argmax(-1)
+            for req, n, props, token in zip(running, kept.tolist(), proposals.tolist(), own.tolist()):
+                appended = req.append(props[:n] + [token])
+                req.count("forwards")
+                req.count("draft_forwards", gamma)
+                req.count("proposed_draft_tokens", gamma)
+                req.count("accepted_draft_tokens", min(n, appended))
+            keep = [i for i, r in enumerate(running) if not r.done]
+            sequences = [r.tokens for r in running]
+            target.retain(sequences, keep)
+            draft.retain(sequences, keep)
+            running = [running[i] for i in keep]
+
+    def _propose(self, draft: RowCache, running: Sequence[Request], gamma: int) -> torch.Tensor:
+        """γ greedy draft tokens per request, shape (rows, γ)."""
+        proposals = torch.zeros(len(running), gamma, dtype=torch.long, device=self.device)
+        feeds = [r.tokens[draft.cached(i) :] for i, r in enumerate(running)]
+        for k in range(gamma):
+            proposals[:, k] = draft.forward(feeds, keep=1)[:, -1].argmax(-1)
+            feeds = [[t] for t in proposals[:, k].tolist()]
+        return proposals
+
+    def _generation(self, req: Request) -> Generation:
+        out = req.output
+        text = self.tokenizer.decode([t for t in out if t not in self.eos], skip_special_tokens=False)
+        extra = {key: float(req.counts.get(key, 0)) for key in ("draft_forwards", "proposed_draft_tokens", "accepted_draft_tokens")}
+        return Generation(text=text, tokens=len(out), forwards=req.counts.get("forwards", 0), extra=extra)
+
+
+def check_same_tokenizer(target, draft, target_path: Path, draft_path: Path) -> None:
+    """Raise ValueError unless the draft and the target tokenize alike (same vocabulary and specials)."""
+    where = f"speculative: engine_args.draft: the draft's tokenizer ({draft_path}) differs from the target's ({target_path})"
+    t_vocab, d_vocab = target.get_vocab(), draft.get_vocab()
+    for token in sorted(set(t_vocab) | set(d_vocab)):
+        if t_vocab.get(token) != d_vocab.get(token):
+            raise ValueError(f"{where}: token {token!r} has id {t_vocab.get(token)} in the target, {d_vocab.get(token)} in the draft")
+    for special in ("eos_token_id", "pad_token_id", "bos_token_id"):
+        if getattr(target, special) != getattr(draft, special):
+            raise ValueError(f"{where}: {special} is {getattr(target, special)} in the target, {getattr(draft, special)} in the draft")

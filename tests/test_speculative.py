@@ -1,0 +1,313 @@
+"""The speculative engine: the laws of the acceptance rules, cache rollback, batching and counting.
+
+Equivalence tests run in float64 on the embedded target and draft (engines/models/ar-*).
+"""
+from __future__ import annotations
+
+import json
+import math
+import shutil
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from engines.autoregressive import AR_DRAFT, AR_TARGET, RowCache
+from engines.speculative import DEFAULTS, SpecConfig, SpeculativeEngine, accepted_lengths
+from suites.arithmetic import ArithmeticSuite
+
+pytest_plugins = ["pytester"]
+
+GAMMA = 4
+TYPICAL = {"acceptance": "typical", "posterior_threshold": 0.1, "num_draft_tokens": GAMMA}
+LOSSLESS = {"acceptance": "lossless", "num_draft_tokens": GAMMA}
+
+
+@pytest.fixture(scope="module")
+def engine() -> SpeculativeEngine:
+    return SpeculativeEngine(target=AR_TARGET, draft=AR_DRAFT, device="cpu", dtype="float64")
+
+
+@pytest.fixture(scope="module")
+def suite() -> ArithmeticSuite:
+    return ArithmeticSuite(split="calibration", n=512, seed=0)
+
+
+def texts(generations) -> list[str]:
+    return [g.text for g in generations]
+
+
+def target_greedy(engine: SpeculativeEngine, prompts, max_new_tokens: int = DEFAULTS["max_new_tokens"]) -> list[str]:
+    """The target's own greedy decoding by transformers' ``generate`` (left-padded batches)."""
+    tok = engine.tokenizer
+    out = []
+    for i in range(0, len(prompts), 128):
+        batch = tok([p.text for p in prompts[i : i + 128]], return_tensors="pt", padding=True)
+        ids = engine.target.generate(
+            **batch, do_sample=False, max_new_tokens=max_new_tokens, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id
+        )
+        for row in ids[:, batch.input_ids.shape[1] :].tolist():
+            row = row[: row.index(tok.eos_token_id)] if tok.eos_token_id in row else row
+            out.append(tok.decode(row))
+    return out
+
+
+# ------------------------------------------------------------------------------ the rule itself
+
+
+def scalar_rule(logits: torch.Tensor, proposals: list[int], cfg: SpecConfig) -> int:
+    """The acceptance rule written out token by token (Medusa's formula, exact entropy)."""
+    n = 0
+    for k, x in enumerate(proposals):
+        row = logits[k].double()
+        if cfg.acceptance == "lossless" or cfg.temperature == 0:
+            ok = x == int(row.argmax())
+        else:
+            p = torch.softmax(row / cfg.temperature, -1)
+            h = -sum(float(q) * math.log(float(q)) for q in p if q > 0)
+            ok = float(p[x]) > min(cfg.posterior_threshold, cfg.posterior_alpha * math.exp(-h))
+        if not ok:
+            break
+        n += 1
+    return n
+
+
+rule_cases = st.tuples(
+    st.integers(1, 6),  # gamma
+    st.integers(0, 2**31 - 1),  # seed of the logits and proposals
+    st.sampled_from([0.0, 1e-6, 0.02, 0.1, 0.4, 1.0]),  # eps
+    st.sampled_from([0.0, 0.5, 1.0, 2.0]),  # temperature
+    st.floats(0.1, 8.0),  # logit scale: flat to peaked
+)
+
+
+def random_round(gamma: int, seed: int, scale: float, vocab: int = 7):
+    gen = torch.Generator().manual_seed(seed)
+    logits = torch.randn(3, gamma + 1, vocab, generator=gen, dtype=torch.float64) * scale
+    greedy = logits[:, :-1].argmax(-1)
+    noise = torch.randint(vocab, greedy.shape, generator=gen)
+    proposals = torch.where(torch.rand(greedy.shape, generator=gen) < 0.7, greedy, noise)
+    return logits, proposals
+
+
+@settings(max_examples=60)
+@given(rule_cases)
+def test_accepted_lengths_equal_the_scalar_rule(case) -> None:
+    gamma, seed, eps, temperature, scale = case
+    logits, proposals = random_round(gamma, seed, scale)
+    for acceptance in ("lossless", "typical"):
+        params = {"acceptance": acceptance, "num_draft_tokens": gamma}
+        if acceptance == "typical":
+            params.update(posterior_threshold=eps, temperature=temperature)
+        cfg = SpecConfig.from_params(params)
+        got = accepted_lengths(logits, proposals, cfg).tolist()
+        assert got == [scalar_rule(logits[r], proposals[r].tolist(), cfg) for r in range(3)]
+        assert all(0 <= n <= gamma for n in got)
+
+
+@settings(max_examples=60)
+@given(rule_cases, st.sampled_from([0.0, 0.01, 0.1, 0.3]))
+def test_raising_eps_or_alpha_never_lengthens_acceptance(case, raise_by) -> None:
+    gamma, seed, eps, temperature, scale = case
+    logits, proposals = random_round(gamma, seed, scale)
+    base = SpecConfig.from_params({**TYPICAL, "num_draft_tokens": gamma, "posterior_threshold": eps, "temperature": temperature})
+    higher_eps = SpecConfig.from_params({**TYPICAL, "num_draft_tokens": gamma, "posterior_threshold": min(1.0, eps + raise_by),
+                                         "posterior_alpha": base.posterior_alpha, "temperature": temperature})
+    higher_alpha = SpecConfig.from_params({**TYPICAL, "num_draft_tokens": gamma, "posterior_threshold": eps,
+                                           "posterior_alpha": base.posterior_alpha + raise_by, "temperature": temperature})
+    n = accepted_lengths(logits, proposals, base)
+    assert (accepted_lengths(logits, proposals, higher_eps) <= n).all()
+    assert (accepted_lengths(logits, proposals, higher_alpha) <= n).all()
+
+
+@settings(max_examples=30)
+@given(rule_cases)
+def test_typical_at_temperature_zero_is_lossless_and_eps_zero_accepts_all(case) -> None:
+    gamma, seed, eps, _, scale = case
+    logits, proposals = random_round(gamma, seed, scale)
+    lossless = SpecConfig.from_params({"acceptance": "lossless", "num_draft_tokens": gamma})
+    cold = SpecConfig.from_params({**TYPICAL, "num_draft_tokens": gamma, "posterior_threshold": eps, "temperature": 0.0})
+    open_ = SpecConfig.from_params({**TYPICAL, "num_draft_tokens": gamma, "posterior_threshold": 0.0})
+    assert torch.equal(accepted_lengths(logits, proposals, cold), accepted_lengths(logits, proposals, lossless))
+    assert accepted_lengths(logits, proposals, open_).tolist() == [gamma] * 3
+
+
+def test_posterior_alpha_defaults_to_sqrt_eps() -> None:
+    assert SpecConfig.from_params({**TYPICAL, "posterior_threshold": 0.09}).posterior_alpha == pytest.approx(0.3)
+    assert SpecConfig.from_params({**TYPICAL, "posterior_alpha": 0.5}).posterior_alpha == 0.5
+
+
+@pytest.mark.parametrize(
+    "params, words",
+    [
+        ({"acceptance": "typical", "eps": 0.1}, ["'eps'", "posterior_threshold", "num_draft_tokens"]),
+        ({"acceptance": "greedy"}, ["acceptance", "lossless, typical", "'greedy'"]),
+        ({"acceptance": "lossless", "posterior_threshold": 0.1}, ["posterior_threshold", "typical"]),
+        ({"acceptance": "typical", "posterior_threshold": 1.5}, ["posterior_threshold", "[0.0, 1.0]", "1.5"]),
+        ({"num_draft_tokens": 0}, ["num_draft_tokens", ">= 1", "0"]),
+        ({"use_cache": "yes"}, ["use_cache", "true or false"]),
+    ],
+)
+def test_bad_config_is_a_value_error_naming_the_key(params, words) -> None:
+    with pytest.raises(ValueError) as info:
+        SpecConfig.from_params(params)
+    for word in words:
+        assert word in str(info.value)
+
+
+# ------------------------------------------------------------------------------ the engine
+
+
+def test_lossless_equals_target_greedy_on_every_calibration_prompt(engine, suite) -> None:
+    prompts = suite.prompts()
+    got = []
+    for i in range(0, len(prompts), 128):
+        got += engine.generate(prompts[i : i + 128], LOSSLESS)
+    assert texts(got) == target_greedy(engine, prompts)
+
+
+def test_typical_with_eps_zero_accepts_every_draft_token_until_the_cap(engine, suite) -> None:
+    prompts = suite.prompts()[:48]
+    for gen in engine.generate(prompts, {**TYPICAL, "posterior_threshold": 0.0}):
+        rounds = gen.forwards
+        assert gen.extra["accepted_draft_tokens"] >= GAMMA * (rounds - 1)  # every round but the cut last one
+        assert rounds == math.ceil(gen.tokens / (GAMMA + 1))
+
+
+def reference_decode(engine: SpeculativeEngine, prompt, cfg: SpecConfig) -> tuple[str, int]:
+    """One prompt, no cache, every forward over the whole sequence: the obviously-right loop."""
+    tok, eos = engine.tokenizer, engine.eos
+    seq = tok(prompt.text).input_ids
+    start, limit, rounds = len(seq), len(seq) + cfg.max_new_tokens, 0
+    while True:
+        proposals = []
+        for _ in range(cfg.num_draft_tokens):
+            proposals.append(int(engine.draft(torch.tensor([seq + proposals])).logits[0, -1].argmax()))
+        logits = engine.target(torch.tensor([seq + proposals])).logits[:, -(cfg.num_draft_tokens + 1) :]
+        n = int(accepted_lengths(logits, torch.tensor([proposals]), cfg)[0])
+        rounds += 1
+        for token in proposals[:n] + [int(logits[0, n].argmax())]:
+            if len(seq) == limit:
+                break
+            seq.append(token)
+            if token in eos:
+                break
+        if seq[-1] in eos or len(seq) == limit:
+            return tok.decode([t for t in seq[start:] if t not in eos]), rounds
+
+
+@pytest.mark.parametrize("params", [LOSSLESS, TYPICAL, {**TYPICAL, "posterior_threshold": 0.4, "num_draft_tokens": 2}])
+def test_engine_equals_the_uncached_one_prompt_loop(engine, suite, params) -> None:
+    prompts = suite.prompts()[:6]
+    cfg = SpecConfig.from_params(params)
+    got = engine.generate(prompts, params)
+    assert [(g.text, g.forwards) for g in got] == [reference_decode(engine, p, cfg) for p in prompts]
+
+
+@pytest.mark.parametrize("params", [LOSSLESS, TYPICAL, {**TYPICAL, "posterior_threshold": 0.02, "num_draft_tokens": 6}])
+def test_cached_decoding_equals_recomputation(engine, suite, params) -> None:
+    prompts = suite.prompts()[:16]
+    cached = engine.generate(prompts, params)
+    recomputed = engine.generate(prompts, {**params, "use_cache": False})
+    assert cached == recomputed
+
+
+@pytest.mark.parametrize("params", [LOSSLESS, TYPICAL])
+def test_batched_equals_one_request_at_a_time_in_float64(engine, suite, params) -> None:
+    prompts = suite.prompts()[:8]
+    batched = engine.generate(prompts, params)
+    single = [engine.generate([p], params)[0] for p in prompts]
+    assert batched == single
+
+
+@settings(max_examples=15)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(1, 5), st.booleans()), min_size=2, max_size=4), st.integers(0, 1000))
+def test_rollback_never_lets_a_rejected_token_change_later_logits(engine, rows, seed) -> None:
+    """Feed each row extra tokens, keep a prefix (dropping the rest, or the row), feed on: the
+    logits equal a fresh forward over the accepted sequence alone."""
+    gen = torch.Generator().manual_seed(seed)
+    token = lambda: int(torch.randint(5, 60, (1,), generator=gen))  # noqa: E731
+    prompts = [[token() for _ in range(3 + r)] for r in range(len(rows))]
+    cache = RowCache(engine.target, len(rows), engine.pad_id)
+    cache.forward(prompts, keep=1)
+    extra = [[token() for _ in range(k)] for _, k, _ in rows]
+    cache.forward(extra, keep=1)
+    accepted = [p + e[:keep] + [token()] for p, e, (keep, _, _) in zip(prompts, extra, rows)]  # a fresh token after the kept ones
+    kept_rows = [r for r, (_, _, drop) in enumerate(rows) if not drop] or [0]
+    cache.retain(accepted, kept_rows)
+    feeds = [accepted[r][cache.cached(i) :] + [token()] for i, r in enumerate(kept_rows)]
+    logits = cache.forward(feeds, keep=2)
+    for i, r in enumerate(kept_rows):
+        fresh = engine.target(torch.tensor([accepted[r] + feeds[i][-1:]])).logits[0, -2:]
+        torch.testing.assert_close(logits[i], fresh, rtol=1e-9, atol=1e-9)
+
+
+def test_forwards_equal_the_target_calls_and_tokens_stop_at_eos(engine, suite) -> None:
+    calls = {"target": 0, "draft": 0}
+    hooks = [
+        engine.target.register_forward_pre_hook(lambda *_: calls.__setitem__("target", calls["target"] + 1)),
+        engine.draft.register_forward_pre_hook(lambda *_: calls.__setitem__("draft", calls["draft"] + 1)),
+    ]
+    try:
+        for prompt in suite.prompts()[:6]:
+            calls.update(target=0, draft=0)
+            gen = engine.generate([prompt], TYPICAL)[0]
+            assert gen.forwards == calls["target"]
+            assert gen.extra["draft_forwards"] == calls["draft"] == GAMMA * gen.forwards
+            assert gen.tokens <= (GAMMA + 1) * gen.forwards
+            n = len(engine.tokenizer(gen.text).input_ids)
+            assert gen.tokens == n + 1 or gen.tokens == n == DEFAULTS["max_new_tokens"]  # the text, then one EOS
+    finally:
+        for hook in hooks:
+            hook.remove()
+
+
+def test_max_new_tokens_caps_the_output(engine, suite) -> None:
+    for gen in engine.generate(suite.prompts()[:8], {**TYPICAL, "max_new_tokens": 7}):
+        assert gen.tokens <= 7
+        assert gen.forwards <= 7
+
+
+def test_draft_with_a_different_tokenizer_is_rejected(tmp_path) -> None:
+    draft = tmp_path / "draft"
+    shutil.copytree(AR_DRAFT, draft)
+    spec = json.loads((draft / "tokenizer.json").read_text())
+    vocab = spec["model"]["vocab"]
+    vocab["a"], vocab["b"] = vocab["b"], vocab["a"]
+    (draft / "tokenizer.json").write_text(json.dumps(spec))
+    with pytest.raises(ValueError) as info:
+        SpeculativeEngine(target=AR_TARGET, draft=draft, device="cpu")
+    message = str(info.value)
+    assert "engine_args.draft" in message and str(draft) in message and "'a'" in message
+
+
+def test_describe_names_both_models_and_the_runtime() -> None:
+    engine = SpeculativeEngine(device="cpu")
+    info = engine.describe()
+    assert info["target"] == str(AR_TARGET) and info["draft"] == str(AR_DRAFT)
+    assert info["device"] == "cpu" and info["dtype"] == "float32" and info["torch"] == torch.__version__
+    assert len(engine.fingerprint()) == 64
+
+
+def test_gate_certifies_a_speculative_grid_end_to_end(pytester) -> None:
+    pytester.makefile(".yaml", spec=GATE_GRID.format(target=AR_TARGET, draft=AR_DRAFT))
+    result = pytester.runpytest("-p", "no:cacheprovider", "--redline-alpha=0.1", "--redline-grid", "spec.yaml")
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(["*n=32 prompts, m=2 configs, cost apf*", "R* lossless *", "* eps0.05 *", "*CERTIFIED (speculative-tiny, select)*"])
+
+
+GATE_GRID = """\
+name: speculative-tiny
+suite: arithmetic
+suite_args: {{split: calibration, n: 32, seed: 0}}
+engine: speculative
+engine_args: {{target: {target}, draft: {draft}, device: cpu, dtype: float32}}
+cost: apf
+reference: lossless
+configs:
+  lossless: {{acceptance: lossless, num_draft_tokens: 4}}
+  eps0.05: {{acceptance: typical, posterior_threshold: 0.05, num_draft_tokens: 4}}
+deploy: fastest
+batch_size: 32
+"""
