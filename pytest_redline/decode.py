@@ -108,6 +108,7 @@ class Decoder:
         self._config_errors: dict[str, DecodeError] = {}
         self._started: set[str] = set()
         self._scheduled: bool | None = None
+        self._reference: list[bool | None] | None = None
         self._runs: dict[str, CandidateRun | None] = {}
         self._ran: dict[str, set[int]] = {}
         self._recorded: dict[str, dict[int, StoredOutcome]] = {}
@@ -183,12 +184,14 @@ class Decoder:
 
     def _reference_correct(self) -> list[bool | None]:
         """The reference's verdict on every prompt (None where it has no outcome)."""
-        reference = self.cal.reference
-        if reference not in self._started:
-            self._started.add(reference)
-            self._get(reference, self._batches_of(range(self.cal.n)))
-        outcomes = self._outcomes[reference]
-        return [outcomes[i].correct if i in outcomes else None for i in range(self.cal.n)]
+        if self._reference is None:
+            reference = self.cal.reference
+            if reference not in self._started:
+                self._started.add(reference)
+                self._get(reference, self._batches_of(range(self.cal.n)))
+            outcomes = self._outcomes[reference]
+            self._reference = [outcomes[i].correct if i in outcomes else None for i in range(self.cal.n)]
+        return self._reference
 
     def _recorded_outcome(self, config: str, index: int) -> StoredOutcome:
         """A replayed grid's outcome of a skipped item: recorded, so free (never stored)."""
