@@ -1,6 +1,6 @@
 """Weight quantization, measured in one run on the embedded target.
 
-    python benchmarks/bench_quantized.py [--n 512] [--threads 2]
+    python benchmarks/bench_quantized.py [--n 512] [--threads 1]
 
 For each config of grids/quantization.yaml: weight memory with the quantization scales (our
 ``memory`` cost), what transformers' ``get_memory_footprint()`` reports (no scales), the scales'
@@ -13,8 +13,6 @@ from __future__ import annotations
 import argparse
 import time
 from pathlib import Path
-
-import torch
 
 from engines import memory
 from engines.quantized import QuantizedEngine
@@ -35,14 +33,13 @@ def run(engine, prompts, params, batch_size):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=512)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
     grid = load_grid(GRID)
     suite = ArithmeticSuite(split="calibration", n=args.n, seed=0)
     prompts = suite.prompts()
-    timed = QuantizedEngine(**{**grid.engine_args, "measure_peak": False})
-    traced = QuantizedEngine(**{**grid.engine_args, "measure_peak": True})
+    timed = QuantizedEngine(**{**grid.engine_args, "measure_peak": False, "threads": args.threads})
+    traced = QuantizedEngine(**{**grid.engine_args, "measure_peak": True, "threads": args.threads})
     print(f"{grid.name}: {args.n} prompts, batch {grid.batch_size}, {timed.describe()['device']}, {args.threads} threads")
     rows = {}
     for config in grid.configs:

@@ -1,6 +1,6 @@
 """Speculative decoding, measured in one run on the embedded target and draft.
 
-    python benchmarks/bench_speculative.py [--n 512] [--peer-n 128] [--threads 2]
+    python benchmarks/bench_speculative.py [--n 512] [--peer-n 128] [--threads 1]
 
 1. Each config of grids/speculative.yaml against ``lossless``: accepted tokens per target forward,
    target forwards, draft forwards and wall time (batches of the grid's batch size), as ratios.
@@ -75,11 +75,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=512, help="calibration prompts for the config sweep")
     parser.add_argument("--peer-n", type=int, default=128, help="prompts for the comparison with assisted generation")
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
     grid = load_grid(GRID)
-    engine = SpeculativeEngine(**grid.engine_args)
+    engine = SpeculativeEngine(**{**grid.engine_args, "threads": args.threads})
     prompts = ArithmeticSuite(split="calibration", n=args.n, seed=0).prompts()
     print(f"{grid.name}: {args.n} prompts, batch {grid.batch_size}, {engine.describe()['device']}, {args.threads} threads")
 

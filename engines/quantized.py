@@ -29,7 +29,7 @@ import transformers
 from transformers import AutoModelForCausalLM, BitsAndBytesConfig
 
 from engines import memory, modeling
-from engines.autoregressive import AR_TARGET, Request, encode, eos_ids, greedy
+from engines.autoregressive import AR_TARGET, Request, encode, eos_ids, greedy, set_threads
 from engines.base import Generation
 from suites.base import Prompt
 
@@ -57,8 +57,9 @@ def bnb_config(mode: str, compute_dtype: torch.dtype) -> BitsAndBytesConfig:
 
 
 class QuantizedEngine:
-    """``QuantizedEngine(model=PATH, device="auto", dtype="auto", measure_peak=True)``; the model
-    defaults to the embedded ``ar-target``. One quantization is loaded at a time (the last used)."""
+    """``QuantizedEngine(model=PATH, device="auto", dtype="auto", measure_peak=True, threads=None)``;
+    the model defaults to the embedded ``ar-target``. One quantization is loaded at a time (the
+    last used). ``threads`` sets torch's intra-op threads (see ``autoregressive.set_threads``)."""
 
     name = "quantized"
 
@@ -68,8 +69,10 @@ class QuantizedEngine:
         device: str = "auto",
         dtype: str = "auto",
         measure_peak: bool = True,
+        threads: int | None = None,
         trust_remote_code: bool = False,
     ):
+        set_threads(threads, self.name)
         if not isinstance(measure_peak, bool):
             raise ValueError(f"quantized: engine_args.measure_peak: expected true or false, got {measure_peak!r}")
         self.path = Path(model) if model is not None else AR_TARGET

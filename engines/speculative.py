@@ -40,7 +40,7 @@ import torch
 import transformers
 
 from engines import modeling
-from engines.autoregressive import AR_DRAFT, AR_TARGET, Request, RowCache, encode, eos_ids
+from engines.autoregressive import AR_DRAFT, AR_TARGET, Request, RowCache, encode, eos_ids, set_threads
 from engines.base import Generation
 from suites.base import Prompt
 
@@ -113,8 +113,9 @@ def accepted_lengths(logits: torch.Tensor, proposals: torch.Tensor, cfg: SpecCon
 
 
 class SpeculativeEngine:
-    """``SpeculativeEngine(target=PATH, draft=PATH, device="auto", dtype="auto")``; the models
-    default to the embedded ``ar-target`` and ``ar-draft``. Both must share one tokenizer."""
+    """``SpeculativeEngine(target=PATH, draft=PATH, device="auto", dtype="auto", threads=None)``;
+    the models default to the embedded ``ar-target`` and ``ar-draft``, which must share one
+    tokenizer. ``threads`` sets torch's intra-op threads (see ``autoregressive.set_threads``)."""
 
     name = "speculative"
 
@@ -124,8 +125,10 @@ class SpeculativeEngine:
         draft: str | Path | None = None,
         device: str = "auto",
         dtype: str = "auto",
+        threads: int | None = None,
         trust_remote_code: bool = False,
     ):
+        set_threads(threads, self.name)
         self.target_path = Path(target) if target is not None else AR_TARGET
         self.draft_path = Path(draft) if draft is not None else AR_DRAFT
         self.target, self.tokenizer = modeling.load(self.target_path, device, dtype, trust_remote_code)

@@ -16,8 +16,10 @@ QUANTIZED = [m for m in MODES if m != "none"]
 
 
 @pytest.fixture(scope="module")
-def engine() -> QuantizedEngine:
-    return QuantizedEngine(model=AR_TARGET, device="cpu", dtype="float32")
+def engine():
+    threads = torch.get_num_threads()
+    yield QuantizedEngine(model=AR_TARGET, device="cpu", dtype="float32", threads=1)
+    torch.set_num_threads(threads)  # threads are process-wide: leave them as found
 
 
 @pytest.fixture(scope="module")
@@ -127,7 +129,11 @@ def test_describe_reports_the_runtime_and_bitsandbytes(engine) -> None:
 
 def test_gate_certifies_a_quantization_grid_end_to_end(pytester) -> None:
     pytester.makefile(".yaml", quant=GATE_GRID.format(model=AR_TARGET))
-    result = pytester.runpytest("-p", "no:cacheprovider", "--redline-alpha=0.1", "--redline-grid", "quant.yaml")
+    threads = torch.get_num_threads()
+    try:
+        result = pytester.runpytest("-p", "no:cacheprovider", "--redline-alpha=0.1", "--redline-grid", "quant.yaml")
+    finally:
+        torch.set_num_threads(threads)  # the grid's threads: 1 is process-wide
     assert result.ret == 0
     result.stdout.fnmatch_lines(["*cost memory (lower is better)*", "R* fp32 *", "* nf4 *", "*CERTIFIED (quantization-tiny, select)*"])
 
@@ -137,7 +143,7 @@ name: quantization-tiny
 suite: arithmetic
 suite_args: {{split: calibration, n: 32, seed: 0}}
 engine: quantized
-engine_args: {{model: {model}, device: cpu, dtype: float32}}
+engine_args: {{model: {model}, device: cpu, dtype: float32, threads: 1}}
 cost: memory
 reference: fp32
 configs:

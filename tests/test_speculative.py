@@ -25,8 +25,10 @@ LOSSLESS = {"acceptance": "lossless", "num_draft_tokens": GAMMA}
 
 
 @pytest.fixture(scope="module")
-def engine() -> SpeculativeEngine:
-    return SpeculativeEngine(target=AR_TARGET, draft=AR_DRAFT, device="cpu", dtype="float64")
+def engine():
+    threads = torch.get_num_threads()
+    yield SpeculativeEngine(target=AR_TARGET, draft=AR_DRAFT, device="cpu", dtype="float64", threads=1)
+    torch.set_num_threads(threads)  # threads are process-wide: leave them as found
 
 
 @pytest.fixture(scope="module")
@@ -199,7 +201,7 @@ def reference_decode(engine: SpeculativeEngine, prompt, cfg: SpecConfig) -> tupl
 
 @pytest.mark.parametrize("params", [LOSSLESS, TYPICAL, {**TYPICAL, "posterior_threshold": 0.4, "num_draft_tokens": 2}])
 def test_engine_equals_the_uncached_one_prompt_loop(engine, suite, params) -> None:
-    prompts = suite.prompts()[:6]
+    prompts = suite.prompts()[:12]
     cfg = SpecConfig.from_params(params)
     got = engine.generate(prompts, params)
     assert [(g.text, g.forwards) for g in got] == [reference_decode(engine, p, cfg) for p in prompts]
@@ -207,7 +209,7 @@ def test_engine_equals_the_uncached_one_prompt_loop(engine, suite, params) -> No
 
 @pytest.mark.parametrize("params", [LOSSLESS, TYPICAL, {**TYPICAL, "posterior_threshold": 0.02, "num_draft_tokens": 6}])
 def test_cached_decoding_equals_recomputation(engine, suite, params) -> None:
-    prompts = suite.prompts()[:16]
+    prompts = suite.prompts()[:32]
     cached = engine.generate(prompts, params)
     recomputed = engine.generate(prompts, {**params, "use_cache": False})
     assert cached == recomputed
@@ -215,7 +217,7 @@ def test_cached_decoding_equals_recomputation(engine, suite, params) -> None:
 
 @pytest.mark.parametrize("params", [LOSSLESS, TYPICAL])
 def test_batched_equals_one_request_at_a_time_in_float64(engine, suite, params) -> None:
-    prompts = suite.prompts()[:8]
+    prompts = suite.prompts()[:24]
     batched = engine.generate(prompts, params)
     single = [engine.generate([p], params)[0] for p in prompts]
     assert batched == single
@@ -282,6 +284,11 @@ def test_draft_with_a_different_tokenizer_is_rejected(tmp_path) -> None:
     assert "engine_args.draft" in message and str(draft) in message and "'a'" in message
 
 
+def test_bad_threads_is_a_value_error_naming_the_engine_arg() -> None:
+    with pytest.raises(ValueError, match=r"speculative: engine_args.threads: expected int >= 1 or null, got 0"):
+        SpeculativeEngine(device="cpu", threads=0)
+
+
 def test_describe_names_both_models_and_the_runtime() -> None:
     engine = SpeculativeEngine(device="cpu")
     info = engine.describe()
@@ -292,7 +299,11 @@ def test_describe_names_both_models_and_the_runtime() -> None:
 
 def test_gate_certifies_a_speculative_grid_end_to_end(pytester) -> None:
     pytester.makefile(".yaml", spec=GATE_GRID.format(target=AR_TARGET, draft=AR_DRAFT))
-    result = pytester.runpytest("-p", "no:cacheprovider", "--redline-alpha=0.1", "--redline-grid", "spec.yaml")
+    threads = torch.get_num_threads()
+    try:
+        result = pytester.runpytest("-p", "no:cacheprovider", "--redline-alpha=0.1", "--redline-grid", "spec.yaml")
+    finally:
+        torch.set_num_threads(threads)  # the grid's threads: 1 is process-wide
     assert result.ret == 0
     result.stdout.fnmatch_lines(["*n=32 prompts, m=2 configs, cost apf*", "R* lossless *", "* eps0.05 *", "*CERTIFIED (speculative-tiny, select)*"])
 
@@ -302,7 +313,7 @@ name: speculative-tiny
 suite: arithmetic
 suite_args: {{split: calibration, n: 32, seed: 0}}
 engine: speculative
-engine_args: {{target: {target}, draft: {draft}, device: cpu, dtype: float32}}
+engine_args: {{target: {target}, draft: {draft}, device: cpu, dtype: float32, threads: 1}}
 cost: apf
 reference: lossless
 configs:
