@@ -127,8 +127,8 @@ class QuantizedEngine:
             self._model = None  # release the previous one first
             self._model = self._load(mode)
             self._mode = mode
-            with torch.no_grad():  # on the CPU, bitsandbytes repacks 4-bit weights (bf16 scales) at the first forward
-                self._model(input_ids=torch.tensor([[self.pad_id]], device=self.device))
+            with torch.no_grad(), _quiet_int8_casts():  # on the CPU, bitsandbytes repacks 4-bit weights
+                self._model(input_ids=torch.tensor([[self.pad_id]], device=self.device))  # (bf16 scales) at the first forward
             self._memory = memory.weight_memory(self._model)
         return self._model
 
