@@ -22,6 +22,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import subprocess
 import sys
 import tempfile
@@ -35,18 +36,26 @@ DATA = ROOT / "tests" / "data" / "redline"
 PUBLISHED = ("llada2_math", "llada2_code", "sdar_math", "sdar_code")
 
 
-def gate(grid: Path, work: Path, *options: str, alpha: float, seed: int, threads: int) -> tuple[dict, float]:
-    """Run the gate on one grid; returns (its JSON report, wall seconds)."""
+def gate(grid: Path, work: Path, *options: str, alpha: float, seed: int, threads: int) -> tuple[dict, float, float]:
+    """Run the gate on one grid; returns (its JSON report, wall seconds, CPU seconds).
+
+    CPU seconds (user + system of the child) are printed beside wall time because a shared
+    machine's load changes wall time between runs far more than it changes CPU time."""
     report = work / f"report-{time.monotonic_ns()}.json"
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--redline-alpha={alpha}",
                f"--redline-seed={seed}", f"--redline-grid={grid}", f"--redline-report={report}", *options]
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
-    start = time.perf_counter()
+    before, start = _child_cpu(), time.perf_counter()
     run = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
-    wall = time.perf_counter() - start
+    wall, cpu = time.perf_counter() - start, _child_cpu() - before
     if run.returncode not in (0, 1) or not report.exists():
         sys.exit(f"the gate failed (exit {run.returncode}) on {grid}:\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}")
-    return json.loads(report.read_text()), wall
+    return json.loads(report.read_text()), wall, cpu
+
+
+def _child_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def valid_set(report: dict) -> list[str]:
@@ -67,8 +76,8 @@ def published(args: argparse.Namespace, work: Path) -> None:
         path = work / f"{name}.yaml"
         path.write_text(yaml.safe_dump(grid, sort_keys=False))
         common = dict(alpha=args.alpha, seed=args.seed, threads=args.threads)
-        scheduled, _ = gate(path, work, "--redline-no-cache", **common)
-        full, _ = gate(path, work, "--redline-no-cache", "--redline-full", **common)
+        scheduled, _, _ = gate(path, work, "--redline-no-cache", **common)
+        full, _, _ = gate(path, work, "--redline-no-cache", "--redline-full", **common)
         spend = scheduled["spend"]
         print(f"{name:<12} {scheduled['n']:>5} {scheduled['m']:>2}  {str(valid_set(scheduled) == valid_set(full)):>14}  "
               f"{str(scheduled['deployed'] == full['deployed']):>13}  {spend['forwards']:>10,.0f} "
@@ -97,21 +106,23 @@ def embedded(args: argparse.Namespace, work: Path) -> None:
     store, full_store = f"--redline-cache-dir={work / 'store'}", f"--redline-cache-dir={work / 'full-store'}"
     print(f"\n== embedded grid {grid.relative_to(ROOT) if grid.is_relative_to(ROOT) else grid}: alpha={args.alpha}, "
           f"seed {args.seed}, {args.threads} threads")
-    cold, cold_s = gate(grid, work, store, **common)
-    full, full_s = gate(grid, work, full_store, "--redline-full", **common)
+    cold, cold_s, cold_cpu = gate(grid, work, store, **common)
+    full, full_s, full_cpu = gate(grid, work, full_store, "--redline-full", **common)
     a, b = cold["spend"], full["spend"]
-    print(f"cold run       {a['forwards']:>12,.0f} forwards {cold_s:>8.1f} s   ({a['items_run']}/{a['items']} items; "
-          f"valid {valid_set(cold)}, deployed {cold['deployed']})")
-    print(f"--redline-full {b['forwards']:>12,.0f} forwards {full_s:>8.1f} s   ({b['items_run']}/{b['items']} items; "
-          f"valid {valid_set(full)}, deployed {full['deployed']})")
-    print(f"ratio          {a['forwards'] / b['forwards']:>12.2f}x forwards {cold_s / full_s:>6.2f}x wall time; "
-          f"same valid set: {valid_set(cold) == valid_set(full)}")
-    again, again_s = gate(grid, work, store, **common)
+    reference = next(c for c in full["configs"] if c["name"] == full["reference"])
+    print(f"reference {full['reference']} answers {reference['accuracy']:.1%} of {full['n']} prompts correctly")
+    print(f"cold run       {a['forwards']:>10,.0f} forwards {cold_s:>8.1f} s wall {cold_cpu:>8.1f} s CPU   "
+          f"({a['items_run']}/{a['items']} items; valid {valid_set(cold)}, deployed {cold['deployed']})")
+    print(f"--redline-full {b['forwards']:>10,.0f} forwards {full_s:>8.1f} s wall {full_cpu:>8.1f} s CPU   "
+          f"({b['items_run']}/{b['items']} items; valid {valid_set(full)}, deployed {full['deployed']})")
+    print(f"ratio          {a['forwards'] / b['forwards']:>10.2f}x forwards {cold_s / full_s:>6.2f}x wall "
+          f"{cold_cpu / full_cpu:>6.2f}x CPU; same valid set: {valid_set(cold) == valid_set(full)}")
+    again, again_s, _ = gate(grid, work, store, **common)
     print(f"rerun, nothing changed: decoded {again['outcomes']['decoded']} outcomes, reused "
           f"{again['outcomes']['reused']}, {again_s:.1f} s (must decode nothing: "
           f"{'yes' if again['outcomes']['decoded'] == 0 else 'NO'})")
     path, candidate = changed_copy(grid, work)
-    changed, changed_s = gate(path, work, store, **common)
+    changed, changed_s, _ = gate(path, work, store, **common)
     ran = next(c["prompts_run"] for c in changed["configs"] if c["name"] == candidate)
     only = changed["outcomes"]["decoded"] == ran and changed["outcomes"]["reused"] == changed["spend"]["items_run"] - ran
     print(f"rerun, {candidate} changed: decoded {changed['outcomes']['decoded']} outcomes ({candidate} ran on {ran} "

@@ -147,3 +147,17 @@ def test_delta_accepted_exactly_in_open_unit_interval(delta: float) -> None:
         assert parse(text).delta == delta
     else:
         assert "delta: expected a number in (0, 1)" in error_of(text)
+
+
+def test_error_for_missing_input_path(tmp_path: Path) -> None:
+    (tmp_path / "models" / "tiny").mkdir(parents=True)
+    (tmp_path / "prompts.jsonl").write_text("")
+    grid = parse(GRID, tmp_path / "g.yaml")
+    with pytest.raises(GridError) as info:
+        grid.check_paths()
+    assert str(info.value) == (
+        f"{tmp_path / 'g.yaml'}: configs.spec/eps0.1.engine_args.draft: expected an existing file or folder, got "
+        f"{tmp_path / 'drafts' / 'small'} (no such file or folder; relative paths resolve against the grid file's folder)"
+    )
+    (tmp_path / "drafts" / "small").mkdir(parents=True)
+    grid.check_paths()  # cache_path names a file to write: it need not exist
