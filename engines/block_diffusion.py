@@ -45,7 +45,6 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import torch
-import transformers
 from transformers import DynamicCache
 
 from engines import modeling
@@ -148,14 +147,7 @@ class BlockDiffusionEngine:
         return self._fingerprint
 
     def describe(self) -> dict[str, str]:
-        return {
-            "engine": self.name,
-            "model": str(self.path),
-            "device": str(self.device),
-            "dtype": str(self.dtype).removeprefix("torch."),
-            "torch": torch.__version__,
-            "transformers": transformers.__version__,
-        }
+        return modeling.describe(self.name, self.device, self.dtype, model=self.path)
 
     def generate(self, prompts: Sequence[Prompt], config: Mapping[str, Any]) -> list[Generation]:
         generations, trace = self.decode(prompts, config, record=self.trace_path is not None)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+import transformers
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
 EMBEDDED_MODEL = Path(__file__).resolve().parent / "models" / "bd-tiny"
@@ -161,3 +162,16 @@ def fingerprint(path: str | Path) -> str:
             for chunk in iter(lambda: handle.read(1 << 20), b""):
                 digest.update(chunk)
     return digest.hexdigest()
+
+
+def describe(engine: str, device, dtype, **paths_and_more) -> dict[str, str]:
+    """Where and how an engine runs, for the outcome store's key: the engine, its model paths,
+    the device, the dtype and the library versions (outcomes never mix CPU and GPU runs)."""
+    return {
+        "engine": engine,
+        **{key: str(value) for key, value in paths_and_more.items()},
+        "device": str(device),
+        "dtype": str(dtype).removeprefix("torch."),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+    }

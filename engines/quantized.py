@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import torch
-import transformers
 from transformers import AutoModelForCausalLM, BitsAndBytesConfig
 
 from engines import memory, modeling
@@ -96,15 +95,8 @@ class QuantizedEngine:
     def describe(self) -> dict[str, str]:
         import bitsandbytes
 
-        return {
-            "engine": self.name,
-            "model": str(self.path),
-            "device": str(self.device),
-            "dtype": str(self.dtype).removeprefix("torch."),
-            "torch": torch.__version__,
-            "transformers": transformers.__version__,
-            "quantization": f"bitsandbytes {bitsandbytes.__version__} ({', '.join(MODES[1:])})",
-        }
+        quantization = f"bitsandbytes {bitsandbytes.__version__} ({', '.join(MODES[1:])})"
+        return modeling.describe(self.name, self.device, self.dtype, model=self.path, quantization=quantization)
 
     def generate(self, prompts: Sequence[Prompt], config: Mapping[str, Any]) -> list[Generation]:
         cfg = check_config(config)

@@ -37,7 +37,6 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import torch
-import transformers
 
 from engines import modeling
 from engines.autoregressive import AR_DRAFT, AR_TARGET, Request, RowCache, encode, eos_ids, set_threads
@@ -149,16 +148,9 @@ class SpeculativeEngine:
         return self._fingerprint
 
     def describe(self) -> dict[str, str]:
-        return {
-            "engine": self.name,
-            "target": str(self.target_path),
-            "draft": str(self.draft_path),
-            "device": str(self.device),
-            "dtype": str(self.dtype).removeprefix("torch."),
-            "torch": torch.__version__,
-            "transformers": transformers.__version__,
-            "quantization": "none",
-        }
+        return modeling.describe(
+            self.name, self.device, self.dtype, target=self.target_path, draft=self.draft_path, quantization="none"
+        )
 
     def generate(self, prompts: Sequence[Prompt], config: Mapping[str, Any]) -> list[Generation]:
         cfg = SpecConfig.from_params(config)
