@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import platform
-import time
 from pathlib import Path
 
 import numpy as np
@@ -22,16 +21,13 @@ import yaml
 
 from engines.block_diffusion import BlockDiffusionEngine
 from suites.arithmetic import ArithmeticSuite
+from timing import generate_timed
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def run(engine, suite, prompts, params, batch_size):
-    start = time.perf_counter()
-    gens = []
-    for i in range(0, len(prompts), batch_size):
-        gens += engine.generate(prompts[i : i + batch_size], params)
-    wall = time.perf_counter() - start
+    gens, wall = generate_timed(engine, prompts, params, batch_size)
     correct = np.array([suite.score(p, g.text) for p, g in zip(prompts, gens)])
     tokens = sum(g.tokens for g in gens)
     forwards = sum(g.forwards for g in gens)

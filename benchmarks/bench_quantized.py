@@ -11,23 +11,18 @@ peak tracker (which slows decoding down on the CPU); the peak comes from a secon
 from __future__ import annotations
 
 import argparse
-import time
 from pathlib import Path
 
 from engines import memory
 from engines.quantized import QuantizedEngine
 from pytest_redline.grid import load_grid
 from suites.arithmetic import ArithmeticSuite
+from timing import generate_timed
 
 GRID = Path(__file__).resolve().parents[1] / "grids" / "quantization.yaml"
 
 
-def run(engine, prompts, params, batch_size):
-    start = time.perf_counter()
-    gens = []
-    for i in range(0, len(prompts), batch_size):
-        gens += engine.generate(prompts[i : i + batch_size], params)
-    return gens, time.perf_counter() - start
+run = generate_timed
 
 
 def main() -> None:

@@ -23,16 +23,12 @@ import torch
 from engines.speculative import SpeculativeEngine
 from pytest_redline.grid import load_grid
 from suites.arithmetic import ArithmeticSuite
+from timing import generate_timed
 
 GRID = Path(__file__).resolve().parents[1] / "grids" / "speculative.yaml"
 
 
-def run(engine, prompts, params, batch_size):
-    start = time.perf_counter()
-    gens = []
-    for i in range(0, len(prompts), batch_size):
-        gens += engine.generate(prompts[i : i + batch_size], params)
-    return gens, time.perf_counter() - start
+run = generate_timed
 
 
 def agreement(engine, prompts, outputs) -> tuple[int, int]:
