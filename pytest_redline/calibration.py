@@ -16,7 +16,7 @@ from typing import Any, Mapping
 
 from pytest_redline import registry
 from pytest_redline.enginebook import EngineBook
-from pytest_redline.grid import FASTEST, Grid, GridError
+from pytest_redline.grid import FASTEST, Grid
 
 MODES = {None: "all", FASTEST: "select"}  # any other deploy value names a config: "gate"
 

@@ -176,7 +176,7 @@ def test_equivalent_valid_sets_scheduled_and_full_through_gate(project: Project,
     valid configs' costs change order on the prompts they ran on."""
     random_table(seed, m, n).write_csv(project.path / "table.csv")
     names = ", ".join(f"c{i}: {{config: c{i}}}" for i in range(m))
-    project.grid(f"name: replayed\nengine: replay\nengine_args: {{outcomes: table.csv}}\nreference: c0\ndeploy: fastest\n",
+    project.grid("name: replayed\nengine: replay\nengine_args: {outcomes: table.csv}\nreference: c0\ndeploy: fastest\n",
                  filename="replayed.yaml")
     project.grid(f"name: live\nsuite: table\nsuite_args: {{outcomes: table.csv}}\nengine: table\n"
                  f"engine_args: {{outcomes: table.csv}}\nreference: c0\nconfigs: {{{names}}}\ndeploy: fastest\n",
