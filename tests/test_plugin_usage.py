@@ -69,6 +69,7 @@ def test_usage_error_bad_grid(project: Project, text: str, replace: dict, messag
          "*redline.yaml: deploy: --redline-deploy: expected 'fastest' or one of the configs (ref, fast, rash), got 'nope'"),
         ([ALPHA, "--redline-grid=missing.yaml"], "*missing.yaml: no such grid file"),
         ([ALPHA, "--redline-correction=sidak"], "*argument --redline-correction: invalid choice: 'sidak'*"),
+        ([ALPHA, "--redline-seed=-1"], "*--redline-seed: expected an integer >= 0, got '-1'"),
     ],
 )
 def test_usage_error_bad_option(project: Project, args: list[str], message: str) -> None:
