@@ -76,10 +76,7 @@ class DecodeConfig:
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> "DecodeConfig":
-        unknown = sorted(set(params) - set(DEFAULTS))
-        if unknown:
-            raise ValueError(f"block_diffusion: unknown config key {unknown[0]!r}; known keys: {', '.join(DEFAULTS)}")
-        values = {**DEFAULTS, **params}
+        values = modeling.with_defaults("block_diffusion", params, DEFAULTS)
         for key in ("block_size", "buffer_size", "max_new_tokens"):
             if isinstance(values[key], bool) or not isinstance(values[key], int) or values[key] < 1:
                 raise ValueError(f"block_diffusion: {key}: expected int >= 1, got {values[key]!r}")

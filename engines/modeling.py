@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Mapping
 
 import torch
 import transformers
@@ -175,3 +176,12 @@ def describe(engine: str, device, dtype, **paths_and_more) -> dict[str, str]:
         "torch": torch.__version__,
         "transformers": transformers.__version__,
     }
+
+
+def with_defaults(engine: str, params: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[str, Any]:
+    """A config's parameters over the engine's defaults; an unknown key is a ValueError that
+    names it and lists the known ones."""
+    unknown = sorted(set(params) - set(defaults))
+    if unknown:
+        raise ValueError(f"{engine}: unknown config key {unknown[0]!r}; known keys: {', '.join(defaults)}")
+    return {**defaults, **params}

@@ -37,10 +37,7 @@ DEFAULTS: dict[str, Any] = {"quantization": "none", "max_new_tokens": 96}
 
 
 def check_config(params: Mapping[str, Any]) -> dict[str, Any]:
-    unknown = sorted(set(params) - set(DEFAULTS))
-    if unknown:
-        raise ValueError(f"quantized: unknown config key {unknown[0]!r}; known keys: {', '.join(DEFAULTS)}")
-    values = {**DEFAULTS, **params}
+    values = modeling.with_defaults("quantized", params, DEFAULTS)
     if values["quantization"] not in MODES:
         raise ValueError(f"quantized: quantization: expected one of {', '.join(MODES)}, got {values['quantization']!r}")
     n = values["max_new_tokens"]

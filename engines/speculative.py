@@ -68,10 +68,7 @@ class SpecConfig:
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> "SpecConfig":
-        unknown = sorted(set(params) - set(DEFAULTS))
-        if unknown:
-            raise ValueError(f"speculative: unknown config key {unknown[0]!r}; known keys: {', '.join(DEFAULTS)}")
-        values = {**DEFAULTS, **params}
+        values = modeling.with_defaults("speculative", params, DEFAULTS)
         if values["acceptance"] not in ACCEPTANCE:
             raise ValueError(f"speculative: acceptance: expected one of {', '.join(ACCEPTANCE)}, got {values['acceptance']!r}")
         if values["acceptance"] == "lossless":
