@@ -77,16 +77,34 @@ class DecodeConfig:
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> "DecodeConfig":
         values = modeling.with_defaults("block_diffusion", params, DEFAULTS)
-        for key in ("block_size", "buffer_size", "max_new_tokens"):
-            if isinstance(values[key], bool) or not isinstance(values[key], int) or values[key] < 1:
-                raise ValueError(f"block_diffusion: {key}: expected int >= 1, got {values[key]!r}")
-        for key in ("accept_threshold", "semi_complete_threshold", "add_block_threshold"):
-            if isinstance(values[key], bool) or not isinstance(values[key], (int, float)) or values[key] < 0:
-                raise ValueError(f"block_diffusion: {key}: expected a number >= 0, got {values[key]!r}")
-        for key in ("skip_masked_blocks", "use_cache"):
-            if not isinstance(values[key], bool):
-                raise ValueError(f"block_diffusion: {key}: expected true or false, got {values[key]!r}")
+        check_params(
+            "block_diffusion", values,
+            ints={"block_size": 1, "buffer_size": 1, "max_new_tokens": 1},
+            numbers=("accept_threshold", "semi_complete_threshold", "add_block_threshold"),
+            flags=("skip_masked_blocks", "use_cache"),
+        )
         return cls(**values)
+
+
+def check_params(
+    engine: str,
+    values: Mapping[str, Any],
+    ints: Mapping[str, int],
+    numbers: Sequence[str] = (),
+    flags: Sequence[str] = (),
+) -> None:
+    """A ValueError naming the engine, the key and the value unless ``values[key]`` is an int of at
+    least ``ints[key]`` (bools are not ints), a number >= 0 for each key of ``numbers``, and a bool
+    for each key of ``flags``."""
+    for key, least in ints.items():
+        if isinstance(values[key], bool) or not isinstance(values[key], int) or values[key] < least:
+            raise ValueError(f"{engine}: {key}: expected int >= {least}, got {values[key]!r}")
+    for key in numbers:
+        if isinstance(values[key], bool) or not isinstance(values[key], (int, float)) or values[key] < 0:
+            raise ValueError(f"{engine}: {key}: expected a number >= 0, got {values[key]!r}")
+    for key in flags:
+        if not isinstance(values[key], bool):
+            raise ValueError(f"{engine}: {key}: expected true or false, got {values[key]!r}")
 
 
 @dataclass
@@ -159,7 +177,7 @@ class BlockDiffusionEngine:
     @torch.no_grad()
     def decode(self, prompts: Sequence[Prompt], config: Mapping[str, Any], record: bool = False):
         """Decode ``prompts`` as one batch; returns ``(generations, trace)`` (trace empty unless ``record``)."""
-        cfg = DecodeConfig.from_params(config)
+        cfg = self._decode_config(config)
         requests = [self._new_request(p, cfg) for p in prompts]
         trace: list[dict] = []
         running = list(requests)
@@ -195,6 +213,10 @@ class BlockDiffusionEngine:
             step += 1
         return [self._generation(req, cfg) for req in requests], trace
 
+    def _decode_config(self, config: Mapping[str, Any]) -> DecodeConfig:
+        """The validated config object of one ``generate`` call (subclasses bring their own)."""
+        return DecodeConfig.from_params(config)
+
     def _new_request(self, prompt: Prompt, cfg: DecodeConfig) -> Request:
         ids = self._encode(prompt)
         limit = len(ids) + cfg.max_new_tokens
@@ -225,9 +247,13 @@ class BlockDiffusionEngine:
             return
         if any(t in self.eos_ids for t in req.tokens[req.prompt_len : nxt * cfg.block_size]):
             return
-        if req.active and self._progress(req, req.active[-1], cfg) < cfg.add_block_threshold:
+        if req.active and not self._ready(req, cfg):
             return
         req.active.append(nxt)
+
+    def _ready(self, req: Request, cfg: DecodeConfig) -> bool:
+        """The admission gate: the newest block in flight's resolved fraction reached ``add_block_threshold``."""
+        return self._progress(req, req.active[-1], cfg) >= cfg.add_block_threshold
 
     def _computed_blocks(self, req: Request, cfg: DecodeConfig) -> list[int]:
         """The blocks in flight that this step computes, then the placeholders."""
@@ -251,10 +277,14 @@ class BlockDiffusionEngine:
     def _promote(self, req: Request, cfg: DecodeConfig) -> list[int]:
         """Front to back: complete blocks whose predecessors are final become final (default rule)."""
         newly = []
-        while req.active and self._progress(req, req.active[0], cfg) == 1.0:
+        while req.active and self._retirable(req, req.active[0], cfg):
             newly.append(req.active.pop(0))
             req.final += cfg.block_size
         return newly
+
+    def _retirable(self, req: Request, block: int, cfg: DecodeConfig) -> bool:
+        """Whether the oldest block in flight becomes final now: when it is fully resolved."""
+        return self._progress(req, block, cfg) == 1.0
 
     def _finish(self, req: Request) -> bool:
         """Finished: an EOS with every earlier position resolved, or the whole length resolved."""
@@ -289,14 +319,14 @@ class BlockDiffusionEngine:
         return out.last_hidden_state, q_pos, q_valid
 
     def _logits(self, running, queries, hidden, cfg: DecodeConfig) -> list[dict[int, list[tuple[int, float, int]]]]:
-        """Per row: {block: [(position, confidence, token)] for its masked positions}, greedy."""
+        """Per row: {block: [(position, confidence, token)] for the positions ``_read_positions``
+        names (the masked ones), greedy."""
         rows, cols, where = [], [], []
         for row, (req, q) in enumerate(zip(running, queries)):
             index = {p: c for c, p in enumerate(q)}
-            for b in req.active:
-                for p in range(b * cfg.block_size, (b + 1) * cfg.block_size):
-                    if p in index and req.tokens[p] == self.mask_id:
-                        rows.append(row), cols.append(index[p]), where.append((row, b, p))
+            for b, p in self._read_positions(req, cfg):
+                if p in index:
+                    rows.append(row), cols.append(index[p]), where.append((row, b, p))
         result: list[dict] = [{} for _ in running]
         if not rows:
             return result
@@ -307,6 +337,13 @@ class BlockDiffusionEngine:
         for (row, b, p), c, t in zip(where, conf.tolist(), tok.tolist()):
             result[row].setdefault(b, []).append((p, c, t))
         return result
+
+    def _read_positions(self, req: Request, cfg: DecodeConfig) -> list[tuple[int, int]]:
+        """``(block, position)`` pairs whose logits a step reads: the masked positions of the blocks in flight."""
+        return [
+            (b, p) for b in req.active
+            for p in range(b * cfg.block_size, (b + 1) * cfg.block_size) if req.tokens[p] == self.mask_id
+        ]
 
     def _update_cache(self, cache, k_pos, k_valid, q_pos, q_valid, store, keep_rows):
         """Keep the old valid columns and the new columns below each row's stored length; drop
