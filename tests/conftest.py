@@ -1,4 +1,4 @@
-"""Shared test configuration: hypothesis profiles.
+"""Shared test configuration: hypothesis profiles, and the tiny random block-diffusion model.
 
 ``dev`` (the default) is cheap for quick local runs; ``ci`` is loaded when the CI
 environment variable is set (derandomized, no deadline, no example database).
@@ -6,8 +6,35 @@ Pick one explicitly with ``--hypothesis-profile``.
 """
 import os
 
+import pytest
 from hypothesis import settings
 
 settings.register_profile("dev", max_examples=30, deadline=None)
 settings.register_profile("ci", derandomize=True, deadline=None, database=None, print_blob=True)
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
+
+
+@pytest.fixture(scope="session")
+def tiny_folder(tmp_path_factory):
+    """A tiny random block-diffusion Llama with the character tokenizer, saved as a model folder.
+
+    Its weights are large (std 0.4), so that predictions depend on the input, confidences spread
+    over (0, 1) and steps commit several tokens: for exact equivalence tests of the engines, in
+    float64. torch is imported here, not at the top: statistics tests run without it.
+    """
+    import torch
+
+    from engines.modeling import ModelConfig, build_model
+    from engines.tokenizer import build_tokenizer
+
+    torch.manual_seed(0)
+    tokenizer = build_tokenizer()
+    model = build_model(ModelConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64), tokenizer)
+    with torch.no_grad():
+        for weight in model.parameters():
+            if weight.dim() == 2:
+                torch.nn.init.normal_(weight, std=0.4)
+    folder = tmp_path_factory.mktemp("tiny-bd")
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder

@@ -1,8 +1,9 @@
 """Invariants of the multi-block block-diffusion engine.
 
 Equivalence tests (cached vs recomputed, batched vs alone, buffer 1 vs the single-block decoder)
-run in float64 on a tiny random Llama with large weights, so that predictions depend on the input,
-confidences spread over (0, 1) and steps commit several tokens. Laws about real decodes use the embedded model.
+run in float64 on a tiny random Llama with large weights (``tiny_folder`` in conftest.py), so that
+predictions depend on the input, confidences spread over (0, 1) and steps commit several tokens.
+Laws about real decodes use the embedded model.
 """
 import pytest
 import torch
@@ -11,27 +12,11 @@ from transformers import DynamicCache
 from engines import modeling
 from engines.base import Engine
 from engines.block_diffusion import DEFAULTS, BlockDiffusionEngine
-from engines.modeling import ModelConfig, block_causal_mask, build_model
-from engines.tokenizer import build_tokenizer
+from engines.modeling import block_causal_mask
 from suites.arithmetic import ArithmeticSuite
 
 PROMPTS = ArithmeticSuite(n=6, seed=11).prompts()
 SHORT = {"max_new_tokens": 20}
-
-
-@pytest.fixture(scope="module")
-def tiny_folder(tmp_path_factory):
-    torch.manual_seed(0)
-    tokenizer = build_tokenizer()
-    model = build_model(ModelConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64), tokenizer)
-    with torch.no_grad():  # large weights: input-dependent, confident predictions
-        for weight in model.parameters():
-            if weight.dim() == 2:
-                torch.nn.init.normal_(weight, std=0.4)
-    folder = tmp_path_factory.mktemp("tiny-bd")
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
 
 
 @pytest.fixture(scope="module")
