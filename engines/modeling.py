@@ -1,6 +1,7 @@
 """Model plumbing shared by the engines and the training script.
 
-- block-causal 4-D additive attention masks (decoding, and the two-copy training layout);
+- block-causal 4-D additive attention masks (decoding with a block size or with explicit block
+  ids, and the two-copy training layout);
 - position ids for left-padded batches;
 - building a small stock ``LlamaForCausalLM`` and loading model + tokenizer from a local folder,
   offline, through the Auto classes;
@@ -44,7 +45,22 @@ def block_causal_mask(
     (``k_valid``, False for left padding). A query whose row would be fully blocked (a padding
     query) attends the invalid keys instead, so no row is ever empty.
     """
-    allowed = (k_pos[:, None, :] // block_size) <= (q_pos[:, :, None] // block_size)
+    return block_mask(q_pos // block_size, k_pos // block_size, dtype, k_valid)
+
+
+def block_mask(
+    q_block: torch.Tensor,
+    k_block: torch.Tensor,
+    dtype: torch.dtype,
+    k_valid: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """``block_causal_mask`` from explicit block ids instead of a fixed block size.
+
+    ``q_block`` (batch, q_len) and ``k_block`` (batch, k_len) are any ids that increase with the
+    position (blocks of mixed sizes: e.g. each block's start position). A query attends a key iff
+    ``k_block <= q_block`` and the key is valid; a fully blocked query row attends the invalid keys.
+    """
+    allowed = k_block[:, None, :] <= q_block[:, :, None]
     if k_valid is not None:
         allowed = allowed & k_valid[:, None, :]
         empty = ~allowed.any(dim=-1, keepdim=True)
