@@ -1,0 +1,239 @@
+"""Invariants of the FlowBlock engine.
+
+Equivalences (window 1 vs the multi-block engine with buffer 1, gate 1 vs serial decoding, cached
+vs recomputed, batched vs alone) run in float64 on the tiny random model (``tiny_folder`` in
+conftest.py). Laws about real decodes (retired blocks never change, the gate, the edit budget,
+progress, counts) check every step of the embedded model's traces; none depends on its accuracy.
+"""
+from pathlib import Path
+
+import pytest
+
+from engines.base import Engine
+from engines.block_diffusion import BlockDiffusionEngine, DecodeConfig
+from engines.flowblock import DEFAULTS, FlowBlockEngine, FlowConfig
+from pytest_redline import registry
+from pytest_redline.grid import load_grid
+from suites.arithmetic import ArithmeticSuite
+
+PROMPTS = ArithmeticSuite(n=6, seed=11).prompts()
+SHORT = {"max_new_tokens": 20}
+NO_EDITS = [{"max_edit_steps": 0}, {"edit_threshold": 1.5}]
+GRID = Path(__file__).resolve().parent.parent / "grids" / "flowblock.yaml"
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_folder):
+    return FlowBlockEngine(model=tiny_folder, device="cpu", dtype="float64")
+
+
+@pytest.fixture(scope="module")
+def tiny_multi(tiny_folder):
+    return BlockDiffusionEngine(model=tiny_folder, device="cpu", dtype="float64")
+
+
+@pytest.fixture(scope="module")
+def embedded():
+    return FlowBlockEngine(device="cpu")
+
+
+def _key(gens):
+    return [(g.text, g.tokens, g.forwards, g.extra.get("edits", 0.0)) for g in gens]
+
+
+@pytest.mark.parametrize("no_edit", NO_EDITS)
+@pytest.mark.parametrize("accept, block_size", [(0.6, 8), (0.9, 4), (1.5, 8)])
+def test_equivalent_window_one_multi_block_buffer_one(tiny, tiny_multi, no_edit, accept, block_size):
+    """Window 1 without editing is single-block threshold decoding: text, tokens, forwards, FLOPs."""
+    common = {"accept_threshold": accept, "block_size": block_size, **SHORT}
+    flow = tiny.generate(PROMPTS, {"window": 1, **no_edit, **common})
+    multi = tiny_multi.generate(PROMPTS, {"buffer_size": 1, **common})
+    assert [(g.text, g.tokens, g.forwards, g.extra["flops"]) for g in flow] == [
+        (g.text, g.tokens, g.forwards, g.extra["flops"]) for g in multi
+    ]
+
+
+@pytest.mark.parametrize("window", [2, 4])
+@pytest.mark.parametrize("accept", [0.5, 0.8])
+def test_equivalent_gate_one_serial(tiny, window, accept):
+    """Gate at 1 and no editing: a block starts only once its predecessor is final (serial)."""
+    config = {"spawn_threshold": 1.0, "max_edit_steps": 0, "accept_threshold": accept, **SHORT}
+    assert _key(tiny.generate(PROMPTS, {**config, "window": window})) == _key(tiny.generate(PROMPTS, {**config, "window": 1}))
+
+
+WAVEFRONT = [  # blocks in flight together, and edits, on the tiny model
+    {"window": 2, "spawn_threshold": 0.5, "accept_threshold": 0.7, "edit_threshold": 0.5},
+    {"window": 3, "spawn_threshold": 0.3, "accept_threshold": 0.5, "edit_threshold": 0.6, "max_edit_steps": 3, "block_size": 4},
+]
+
+
+@pytest.mark.parametrize("config", WAVEFRONT)
+def test_exact_cache_tokens_with_wavefront_and_edits(tiny, config):
+    gens, trace = tiny.decode(PROMPTS, {**config, **SHORT}, record=True)
+    assert max(len(step["in_flight"]) for step in trace) > 1 and sum(g.extra["edits"] for g in gens) > 0
+    assert _key(gens) == _key(tiny.generate(PROMPTS, {**config, **SHORT, "use_cache": False}))
+
+
+@pytest.mark.parametrize("config", WAVEFRONT[:1])
+def test_equivalent_batched_and_alone(tiny, config):
+    batched = tiny.generate(PROMPTS, {**config, **SHORT})
+    alone = [tiny.generate([p], {**config, **SHORT})[0] for p in PROMPTS]
+    assert _key(batched) == _key(alone)
+
+
+REAL = ArithmeticSuite(n=16, seed=5).prompts()
+REAL_CONFIGS = [
+    {},
+    {"window": 3, "spawn_threshold": 0.5, "accept_threshold": 0.9},
+    {"window": 2, "spawn_threshold": 0.0, "accept_threshold": 0.8, "edit_threshold": 0.5, "max_edit_steps": 3},
+]
+
+
+@pytest.fixture(scope="module", params=REAL_CONFIGS, ids=["defaults", "spawn50", "edits"])
+def real_decode(request, embedded):
+    config = {**DEFAULTS, **request.param}
+    gens, trace = embedded.decode(REAL, request.param, record=True)
+    return config, gens, trace
+
+
+def _steps_by_prompt(trace):
+    steps = {}
+    for step in trace:
+        steps.setdefault(step["prompt"], []).append(step)
+    return steps
+
+
+def _replay(engine, prompt, steps, config):
+    """The prompt's ids and the token states before each step and after the last, rebuilt from
+    the trace's commits and edits."""
+    ids = engine.tokenizer(prompt.text).input_ids
+    tokens = ids + [engine.mask_id] * (config["max_new_tokens"] + 2 * config["block_size"])
+    states = [list(tokens)]
+    for step in steps:
+        for p, t in step["committed"] + step["edited"]:
+            tokens[p] = t
+        states.append(list(tokens))
+    return ids, states
+
+
+def test_retired_blocks_never_change(embedded, real_decode):
+    """Replaying a trace's commits and edits gives the output; commits fill MASKs, edits replace
+    drafted tokens; no change ever lands in a retired block or on a prompt token, and a retired
+    block is never computed again."""
+    config, gens, trace = real_decode
+    size, mask = config["block_size"], embedded.mask_id
+    steps = _steps_by_prompt(trace)
+    for prompt, gen in zip(REAL, gens):
+        ids, states = _replay(embedded, prompt, steps[prompt.id], config)
+        final = len(ids) // size * size
+        for step, before, after in zip(steps[prompt.id], states, states[1:]):
+            assert min(step["computed"]) * size >= step["stored"][0]  # the cached prefix is read, not recomputed
+            assert all(before[p] == mask for p, _ in step["committed"])
+            assert all(before[p] not in (mask, t) for p, t in step["edited"])
+            changed = [p for p, (a, b) in enumerate(zip(before, after)) if a != b]
+            assert all(p >= max(final, len(ids)) for p in changed)  # not retired, not the prompt
+            final = step["final"]
+        out = states[-1][len(ids) : len(ids) + gen.tokens]
+        assert embedded.tokenizer.decode([t for t in out if t not in embedded.eos_ids]) == gen.text
+        assert sum(len(step["edited"]) for step in steps[prompt.id]) == gen.extra["edits"]
+
+
+def test_readiness_share_of_frontier_masks_committed(embedded, real_decode):
+    """rho = the share of the frontier's masked positions above accept_threshold, which are exactly
+    its threshold commits; a frontier without MASK has rho 1; the top-1 fallback is the head's alone."""
+    config, _, trace = real_decode
+    size, mask = config["block_size"], embedded.mask_id
+    steps = _steps_by_prompt(trace)
+    for prompt in REAL:
+        _, states = _replay(embedded, prompt, steps[prompt.id], config)
+        for step, before in zip(steps[prompt.id], states):
+            active = [b for b in step["computed"] if b * size >= step["stored"][1]]  # the rest: folded store
+            frontier = active[-1]
+            masked = before[frontier * size : (frontier + 1) * size].count(mask)
+            commits = sum(p // size == frontier for p, _ in step["committed"])
+            if masked == 0:
+                assert step["readiness"] == 1.0
+            elif step["readiness"] > 0:
+                assert step["readiness"] * masked == pytest.approx(commits)
+            else:  # nothing passed: the head falls back to its top-1, another block waits
+                assert commits == (frontier == active[0])
+
+
+def test_scheduler_laws_gate_window_budget_progress(embedded, real_decode):
+    """At most `window` blocks; a block is admitted only after the frontier's readiness reached the
+    gate; a block is edited in at most `max_edit_steps` steps; every step but a request's last
+    commits, edits or retires something; a block retires, and a request finishes, only when settled."""
+    config, gens, trace = real_decode
+    size = config["block_size"]
+    editing = config["max_edit_steps"] > 0 and config["edit_threshold"] < 1
+    steps_of = _steps_by_prompt(trace)
+    for prompt, gen in zip(REAL, gens):
+        steps, edit_steps = steps_of[prompt.id], {}
+        for before, step in zip([None] + steps, steps):
+            assert len(step["in_flight"]) <= config["window"]
+            if before and before["in_flight"]:
+                admitted = [b for b, _ in step["in_flight"] if b > before["in_flight"][-1][0]]
+                assert not admitted or before["readiness"] >= config["spawn_threshold"]
+            for block in {p // size for p, _ in step["edited"]}:
+                edit_steps[block] = edit_steps.get(block, 0) + 1
+                assert edit_steps[block] <= config["max_edit_steps"]
+            assert step["committed"] or step["edited"] or step["became_final"] or step is steps[-1]
+            # settled: retired, out of edit budget, or unchanged this step with every block before it
+            changed = min((p // size for p, _ in step["committed"] + step["edited"]), default=None)
+            unsettled = [] if not editing or changed is None else [
+                b for b, _ in step["in_flight"] + [(b, 1.0) for b in step["became_final"]]
+                if b >= changed and edit_steps.get(b, 0) < config["max_edit_steps"]
+            ]
+            assert not set(step["became_final"]) & set(unsettled)
+        end = len(embedded.tokenizer(prompt.text).input_ids) + gen.tokens - 1  # the output's last position
+        assert all(b > end // size for b in unsettled)
+    assert sum(g.forwards for g in gens) == len(trace)
+
+
+def test_counts_match_model_calls(embedded):
+    rows = []
+    hook = embedded.model.get_decoder().register_forward_hook(
+        lambda m, a, k, out: rows.append(k["input_ids"].shape[0]), with_kwargs=True
+    )
+    try:
+        gens = embedded.generate(REAL, REAL_CONFIGS[2])
+    finally:
+        hook.remove()
+    assert sum(g.forwards for g in gens) == sum(rows)
+    for gen in gens:
+        text_tokens = len(embedded.tokenizer(gen.text).input_ids)
+        assert gen.tokens in (text_tokens, text_tokens + 1)  # + the EOS when one was produced
+        assert gen.extra["flops"] > 0 and gen.extra["blocks"] >= 1 and gen.extra["edits"] >= 0
+
+
+def test_protocol_name_and_entry_point(embedded):
+    assert isinstance(embedded, Engine)
+    assert embedded.describe()["engine"] == "flowblock"
+    assert registry.factory(registry.ENGINES, "flowblock") is FlowBlockEngine
+
+
+def test_valid_example_grid():
+    """grids/flowblock.yaml: the multi-block reference and FlowBlock candidates, valid for their engines."""
+    grid = load_grid(GRID)
+    grid.check_paths()
+    assert grid.engine == "flowblock"
+    for spec in grid.configs:
+        engine = spec.engine or grid.engine
+        (DecodeConfig if engine == "block_diffusion" else FlowConfig).from_params(spec.params)
+    reference = next(spec for spec in grid.configs if spec.name == grid.reference)
+    assert reference.engine == "block_diffusion" and "model" in reference.engine_args
+
+
+@pytest.mark.parametrize(
+    "config, message",
+    [
+        ({"buffer_size": 2}, "flowblock: unknown config key 'buffer_size'; known keys: block_size, window"),
+        ({"window": 0}, "flowblock: window: expected int >= 1, got 0"),
+        ({"max_edit_steps": -1}, "max_edit_steps: expected int >= 0, got -1"),
+        ({"spawn_threshold": "high"}, "spawn_threshold: expected a number >= 0"),
+        ({"use_cache": 1}, "use_cache: expected true or false"),
+    ],
+)
+def test_clear_errors_bad_config(tiny, config, message):
+    with pytest.raises(ValueError, match=message):
+        tiny.generate(PROMPTS[:1], config)
