@@ -64,7 +64,10 @@ DEFAULTS: dict[str, Any] = {
     "block_size": 8,
     "window": 3,  # at most this many active blocks; 1 = one block at a time
     "accept_threshold": 0.95,  # commit a masked position above this; also the readiness cut
-    "spawn_threshold": 0.90,  # admit the next block when the frontier's readiness reaches this
+    # Admit the next block when the frontier's readiness reaches this. Not 0.9: a frontier with m
+    # <= 9 masked positions has rho >= 0.9 only when all m pass (rho = 1), so with blocks of 8 and
+    # no editing 0.9 admits a block only once its predecessor is complete: serial decoding.
+    "spawn_threshold": 0.50,
     "edit_threshold": 0.90,  # replace a drafted token whose rival top-1 is above this; >= 1: no editing
     "max_edit_steps": 2,  # steps in which one block may be edited; 0: no editing
     "max_new_tokens": 96,

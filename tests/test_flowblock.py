@@ -84,12 +84,12 @@ def test_equivalent_batched_and_alone(tiny, config):
 REAL = ArithmeticSuite(n=16, seed=5).prompts()
 REAL_CONFIGS = [
     {},
-    {"window": 3, "spawn_threshold": 0.5, "accept_threshold": 0.9},
+    {"window": 2, "spawn_threshold": 0.9, "accept_threshold": 0.9, "max_edit_steps": 0},
     {"window": 2, "spawn_threshold": 0.0, "accept_threshold": 0.8, "edit_threshold": 0.5, "max_edit_steps": 3},
 ]
 
 
-@pytest.fixture(scope="module", params=REAL_CONFIGS, ids=["defaults", "spawn50", "edits"])
+@pytest.fixture(scope="module", params=REAL_CONFIGS, ids=["defaults", "spawn90-no-edits", "edits"])
 def real_decode(request, embedded):
     config = {**DEFAULTS, **request.param}
     gens, trace = embedded.decode(REAL, request.param, record=True)
