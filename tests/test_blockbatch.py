@@ -1,0 +1,217 @@
+"""Invariants of the BlockBatch engine.
+
+Everything runs in float64 on the tiny random model (``tiny_folder`` in conftest.py), whose
+confident, input-dependent predictions make branches disagree, merge and sync. Nothing here
+depends on the embedded model's accuracy.
+"""
+from pathlib import Path
+
+import pytest
+import torch
+
+from engines.base import Engine
+from engines.block_diffusion import BlockDiffusionEngine, DecodeConfig
+from engines.blockbatch import BatchConfig, BlockBatchEngine, Branch, Request
+from engines.modeling import block_mask
+from pytest_redline import registry
+from pytest_redline.grid import load_grid
+from suites.arithmetic import ArithmeticSuite
+
+PROMPTS = ArithmeticSuite(n=6, seed=11).prompts()
+SHORT = {"max_new_tokens": 20}
+BRANCHY = {"block_sizes": [4, 8, 16], "accept_threshold": 0.7, "merge_threshold": 0.3, "sync_lag": 3, **SHORT}
+GRID = Path(__file__).resolve().parent.parent / "grids" / "blockbatch.yaml"
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_folder):
+    threads = torch.get_num_threads()
+    yield BlockBatchEngine(model=tiny_folder, device="cpu", dtype="float64", threads=1)
+    torch.set_num_threads(threads)  # threads are process-wide: leave them as found
+
+
+@pytest.fixture(scope="module")
+def tiny_multi(tiny_folder):
+    return BlockDiffusionEngine(model=tiny_folder, device="cpu", dtype="float64")
+
+
+def _key(gens):
+    return [(g.text, g.tokens, g.forwards, dict(g.extra)) for g in gens]
+
+
+@pytest.mark.parametrize(
+    "accept, block_size, inert",
+    [(0.6, 8, {}), (0.9, 4, {"merge_threshold": 0.0, "sync_lag": 0}), (1.5, 8, {}), (0.0, 16, {})],
+)
+def test_equivalent_one_branch_single_block(tiny, tiny_multi, accept, block_size, inert):
+    """One branch (no merge or sync partner, no refresh) is the multi-block engine with buffer 1:
+    text, tokens, forwards, FLOPs and blocks."""
+    one = tiny.generate(PROMPTS, {"block_sizes": [block_size], "accept_threshold": accept, **inert, **SHORT})
+    multi = tiny_multi.generate(PROMPTS, {"buffer_size": 1, "block_size": block_size, "accept_threshold": accept, **SHORT})
+    assert [(g.text, g.tokens, g.forwards, g.extra["flops"], g.extra["blocks"]) for g in one] == [
+        (g.text, g.tokens, g.forwards, g.extra["flops"], g.extra["blocks"]) for g in multi
+    ]
+    assert all(g.extra["row_forwards"] == g.forwards and g.extra["merges"] == g.extra["syncs"] == 0 for g in one)
+
+
+def test_equivalent_refresh_on_off(tiny):
+    """The cache is exact (syncs and merges included): refreshing it from scratch changes nothing
+    but the forwards."""
+    plain = tiny.generate(PROMPTS, BRANCHY)
+    refreshed = tiny.generate(PROMPTS, {**BRANCHY, "refresh_interval": 3})
+    assert sum(g.extra["merges"] for g in plain) > 0 and sum(g.extra["syncs"] for g in plain) > 0
+    assert [(g.text, g.tokens) for g in plain] == [(g.text, g.tokens) for g in refreshed]
+    assert all(r.forwards == p.forwards + r.extra["refreshes"] for p, r in zip(plain, refreshed))
+    assert all(r.extra["refreshes"] > 0 for r in refreshed)
+
+
+def test_equivalent_batched_and_alone(tiny):
+    batched = tiny.generate(PROMPTS, {**BRANCHY, "refresh_interval": 5})
+    alone = [tiny.generate([p], {**BRANCHY, "refresh_interval": 5})[0] for p in PROMPTS]
+    assert _key(batched) == _key(alone)
+
+
+def _recomputed(engine, tokens, blocks, position, token):
+    """The probability of ``token`` at ``position`` from a cache-free forward over ``[0, end)``."""
+    n = len(tokens)
+    pos = torch.arange(n)[None]
+    ids = torch.tensor(blocks)[None]
+    mask = block_mask(ids, ids, engine.model.dtype)
+    logits = engine.model(input_ids=torch.tensor([tokens]), attention_mask=mask, position_ids=pos).logits[0, position].float()
+    logits[engine.mask_id] = float("-inf")
+    logits[len(engine.tokenizer) :] = float("-inf")
+    return float(logits.softmax(-1)[token])
+
+
+def test_merges_fill_masks_the_destination_accepts(tiny, monkeypatch):
+    """Every merge fills a masked position of the destination's current block with a token
+    another branch holds there, and the destination's own probability of it, recomputed without
+    any cache from its inputs at that step's forward, exceeds merge_threshold."""
+    inputs, checked = {}, []
+    forward, merge = tiny._forward_rows, tiny._merge
+
+    def spy_forward(rows, spans, *args):
+        for br in rows:
+            inputs[id(br)] = (br.tokens[: br.end], br.blocks[: br.end])
+        return forward(rows, spans, *args)
+
+    def spy_merge(req, ratings, first_row, cfg):
+        before = [(list(br.tokens), br.start, br.end) for br in req.branches]
+        merged = merge(req, ratings, first_row, cfg)
+        for d, p, t, prob in merged:
+            tokens, start, end = before[d]
+            assert tokens[p] == tiny.mask_id and start <= p < end
+            assert t in {other[0][p] for b, other in enumerate(before) if b != d}
+            assert prob > cfg.merge_threshold
+            assert _recomputed(tiny, *inputs[id(req.branches[d])], p, t) == pytest.approx(prob, abs=1e-6)
+            checked.append(prob)
+        return merged
+
+    monkeypatch.setattr(tiny, "_forward_rows", spy_forward)
+    monkeypatch.setattr(tiny, "_merge", spy_merge)
+    tiny.generate(PROMPTS, BRANCHY)
+    assert checked
+
+
+def _branch(tokens, start, end, size=4):
+    return Branch(size, list(tokens), [p // size * size for p in range(len(tokens))], start, end, 0, 2, len(tokens))
+
+
+@pytest.mark.parametrize("gate, expected", [(0.5, [(0, 3, 6, 0.95)]), (0.95, [])])
+def test_merge_rule_compatible_sources_destination_gate(tiny, gate, expected):
+    """The rule on hand-made branches (M = MASK, prompt = the first two positions, current blocks
+    [2, 6)): the destination takes, among the tokens compatible branches hold, the one it rates
+    highest, only strictly above the gate; a branch it now contradicts offers nothing more."""
+    M = tiny.mask_id
+    dst = _branch([9, 9, 5, M, M, M], 2, 6)
+    agree = _branch([9, 9, 5, 7, 8, M], 2, 6)  # compatible: offers 7 at 3, 8 at 4
+    rival = _branch([9, 9, M, 6, M, M], 2, 6)  # compatible: offers 6 at 3
+    clash = _branch([9, 9, 6, 4, M, 4], 2, 6)  # holds 6 where dst holds 5: offers nothing
+    req = Request(prompt=PROMPTS[0], branches=[dst, agree, rival, clash])
+    cfg = BatchConfig.from_params({"merge_threshold": gate})
+    ratings = {(r, p, t): 0.0 for r in (1, 2, 3) for p in range(6) for t in (4, 5, 6, 7, 8)}
+    ratings.update({(0, 3, 7): 0.9, (0, 3, 6): 0.95, (0, 4, 8): 0.7, (0, 3, 4): 0.99, (0, 5, 4): 0.99})
+    merged = tiny._merge(req, ratings, 0, cfg)
+    assert merged == expected  # once dst holds 6 at 3, agree (7 there) no longer offers its 8 at 4
+    assert dst.tokens == [9, 9, 5, expected[0][2] if expected else M, M, M]
+    assert [br.tokens for br in (agree, rival, clash)] == [[9, 9, 5, 7, 8, M], [9, 9, M, 6, M, M], [9, 9, 6, 4, M, 4]]
+
+
+def test_sync_follower_state_equals_leader(tiny, monkeypatch):
+    """After a sync, the follower's tokens, block ids, block bounds, cached length and cache row
+    (K/V, positions, validity) equal the leader's."""
+    sync, pairs = tiny._sync, []
+
+    def spy_sync(req, first_row, cache, k_pos, k_valid, cfg):
+        synced = sync(req, first_row, cache, k_pos, k_valid, cfg)
+        for f, lead in synced:
+            a, b = req.branches[f], req.branches[lead]
+            assert (a.tokens, a.blocks, a.start, a.end, a.cached) == (b.tokens, b.blocks, b.start, b.end, b.cached)
+            rf, rl = first_row + f, first_row + lead
+            assert torch.equal(k_pos[rf], k_pos[rl]) and torch.equal(k_valid[rf], k_valid[rl])
+            assert all(torch.equal(layer.keys[rf], layer.keys[rl]) for layer in cache.layers)
+            assert all(torch.equal(layer.values[rf], layer.values[rl]) for layer in cache.layers)
+            pairs.append((f, lead))
+        return synced
+
+    monkeypatch.setattr(tiny, "_sync", spy_sync)
+    tiny.generate(PROMPTS, BRANCHY)
+    assert pairs
+
+
+@pytest.mark.parametrize("config", [BRANCHY, {**BRANCHY, "refresh_interval": 4}])
+def test_counts_match_model_calls(tiny, config):
+    """Alone, a request's forwards are the model calls and its row-forwards their rows; batched,
+    the rows add up (refresh forwards, whose idle rows are not counted, aside)."""
+    calls = []
+    hook = tiny.model.get_decoder().register_forward_hook(lambda m, a, k, out: calls.append(k["input_ids"].shape[0]), with_kwargs=True)
+    try:
+        for prompt in PROMPTS[:3]:
+            calls.clear()
+            gen = tiny.generate([prompt], config)[0]
+            assert gen.forwards == len(calls) and gen.extra["row_forwards"] == sum(calls) == 3 * len(calls)
+        calls.clear()
+        gens = tiny.generate(PROMPTS, {**config, "refresh_interval": 0})
+    finally:
+        hook.remove()
+    assert sum(g.extra["row_forwards"] for g in gens) == sum(calls) == 3 * sum(g.forwards for g in gens)
+    for gen in gens:
+        assert 1 <= gen.tokens <= SHORT["max_new_tokens"] and gen.extra["block_size"] in (4, 8, 16)
+        assert gen.extra["flops"] > 0 and gen.extra["blocks"] >= 1
+
+
+def test_deterministic_and_protocol(tiny):
+    assert isinstance(tiny, Engine) and tiny.describe()["engine"] == "blockbatch"
+    assert _key(tiny.generate(PROMPTS, BRANCHY)) == _key(tiny.generate(PROMPTS, BRANCHY))
+    assert registry.factory(registry.ENGINES, "blockbatch") is BlockBatchEngine
+
+
+@pytest.mark.parametrize(
+    "config, message",
+    [
+        ({"block_size": 8}, "blockbatch: unknown config key 'block_size'; known keys: block_sizes"),
+        ({"block_sizes": []}, r"block_sizes: expected a non-empty list of distinct ints >= 1, got \[\]"),
+        ({"block_sizes": [8, 8]}, "block_sizes: expected a non-empty list of distinct ints >= 1"),
+        ({"block_sizes": [4, 0]}, "block_sizes: expected a non-empty list"),
+        ({"block_sizes": 8}, "block_sizes: expected a non-empty list"),
+        ({"block_sizes": [True]}, "block_sizes: expected a non-empty list"),
+        ({"sync_lag": -1}, "blockbatch: sync_lag: expected int >= 0, got -1"),
+        ({"refresh_interval": 1.5}, "refresh_interval: expected int >= 0, got 1.5"),
+        ({"max_new_tokens": 0}, "max_new_tokens: expected int >= 1"),
+        ({"merge_threshold": "high"}, "merge_threshold: expected a number >= 0"),
+        ({"accept_threshold": -0.1}, "accept_threshold: expected a number >= 0"),
+    ],
+)
+def test_clear_errors_bad_config(tiny, config, message):
+    with pytest.raises(ValueError, match=message):
+        tiny.generate(PROMPTS[:1], config)
+
+
+def test_grid_reference_is_multi_block_default_and_configs_valid():
+    grid = load_grid(GRID)
+    specs = {spec.name: spec for spec in grid.configs}
+    reference = specs[grid.reference]
+    assert reference.engine == "block_diffusion" and grid.engine == "blockbatch"
+    assert DecodeConfig.from_params(reference.params) == DecodeConfig.from_params({})
+    candidates = [BatchConfig.from_params(s.params) for name, s in specs.items() if name != grid.reference]
+    assert BatchConfig.from_params({}) in candidates  # the engine defaults are one of them
