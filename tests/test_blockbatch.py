@@ -159,6 +159,33 @@ def test_sync_follower_state_equals_leader(tiny, monkeypatch):
     assert pairs
 
 
+def test_winner_first_finished_branch_blocks_on_own_grid(tiny, monkeypatch):
+    """The output is the first branch (in block_sizes order) that finished, checked on the final
+    states; every block a branch opens ends on its own grid (after a sync too)."""
+    advance, generation, checked = tiny._advance, tiny._generation, []
+
+    def spy_advance(br):
+        start = br.start
+        advance(br)
+        assert br.start == start or br.end % br.size == 0
+
+    def finished(br):
+        answer = br.tokens[br.prompt_len : br.limit]
+        eos = [i for i, t in enumerate(answer) if t in tiny.eos_ids]
+        return tiny.mask_id not in answer[: eos[0] if eos else len(answer)]
+
+    def spy_generation(req, cfg):
+        first = next(br for br in req.branches if finished(br))
+        assert req.winner is first
+        checked.append(sum(map(finished, req.branches)))
+        return generation(req, cfg)
+
+    monkeypatch.setattr(tiny, "_advance", spy_advance)
+    monkeypatch.setattr(tiny, "_generation", spy_generation)
+    tiny.generate(PROMPTS, BRANCHY)
+    assert max(checked) > 1  # branches finishing in the same step
+
+
 @pytest.mark.parametrize("config", [BRANCHY, {**BRANCHY, "refresh_interval": 4}])
 def test_counts_match_model_calls(tiny, config):
     """Alone, a request's forwards are the model calls and its row-forwards their rows; batched,
