@@ -1,8 +1,8 @@
 """The FlowBlock engine: a wavefront of blocks refined jointly, with token editing.
 
 Our reconstruction of FlowBlock ("Wavefront-Parallel Decoding for Self-Correcting Diffusion
-Language Models"; its code is not public, see docs of the reference systems, section 7). Since
-token editing repairs drafts, a block may start before its predecessor is final. It is the
+Language Models") from the paper's description; its code is not public. Since token editing
+repairs drafts, a block may start before its predecessor is final. It is the
 multi-block engine (``engines.block_diffusion``: blocks aligned from position 0, greedy, batched,
 the committed prefix in a ``DynamicCache`` and never recomputed) with other rules for admission,
 commits and retirement. One engine step, per request:
