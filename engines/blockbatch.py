@@ -37,9 +37,9 @@ and branches that continue from a leader's blocks, share one forward. One engine
    with its own block size after the leader's current block.
 6. **Refresh.** Each time the leader has decoded ``refresh_interval`` more positions (0: never),
    one extra batched forward recomputes every branch's cached prefix ``[0, cached)`` from scratch
-   and replaces its cache row. With this engine's exact block-causal cache this recomputes the
-   same K/V (outputs are unchanged; only forwards grow): it exists for BlockBatch's approximate
-   Fast-dLLM caches, whose stale K/V the refresh repairs.
+   and replaces its cache row (it reads no logits and commits nothing). With this engine's exact
+   block-causal cache this recomputes the same K/V (outputs are unchanged; only forwards grow):
+   it exists for BlockBatch's approximate Fast-dLLM caches, whose stale K/V the refresh repairs.
 
 Confidences are float32 softmax probabilities of the unfiltered logits; the MASK id and ids
 beyond the tokenizer's vocabulary are never predicted. With one branch, merges and syncs never
@@ -184,10 +184,10 @@ class BlockBatchEngine(BlockDiffusionEngine):
             hidden, q_pos, q_valid = self._forward_rows(rows, spans, cache, k_pos, k_valid)
             probs, index = self._probabilities(rows, spans, hidden)
             confidence, top = (t.tolist() for t in probs.max(-1))
-            committed = []
+            committed, n_cached = [], k_valid.sum(1).tolist()
             for row, br in enumerate(rows):
                 n_queries = spans[row][1] - spans[row][0]
-                self._count(br, n_queries, int(k_valid[row].sum()) + n_queries, len(index[row]))
+                self._count(br, n_queries, n_cached[row] + n_queries, len(index[row]))
                 br.cached = br.start  # this forward wrote [cached, start)
                 candidates = [(p, confidence[i], top[i]) for p, i in index[row].items()]
                 committed.append(self._commit_block(br, candidates, cfg))
