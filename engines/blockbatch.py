@@ -183,30 +183,13 @@ class BlockBatchEngine(BlockDiffusionEngine):
             spans = [(br.cached, br.end) for br in rows]
             hidden, q_pos, q_valid = self._forward_rows(rows, spans, cache, k_pos, k_valid)
             probs, index = self._probabilities(rows, spans, hidden)
-            confidence, top = (t.tolist() for t in probs.max(-1))
-            committed, n_cached = [], k_valid.sum(1).tolist()
-            for row, br in enumerate(rows):
-                n_queries = spans[row][1] - spans[row][0]
-                self._count(br, n_queries, n_cached[row] + n_queries, len(index[row]))
-                br.cached = br.start  # this forward wrote [cached, start)
-                candidates = [(p, confidence[i], top[i]) for p, i in index[row].items()]
-                committed.append(self._commit_block(br, candidates, cfg))
+            committed = self._commit_rows(rows, spans, k_valid, probs, index, cfg)
             store = [br.cached for br in rows]
             ratings = self._ratings(rows, n, probs, index)
-            entries = []
-            for r, req in enumerate(running):
-                req.forwards += 1
-                merged = self._merge(req, ratings, r * n, cfg)
-                req.merges += len(merged)
-                req.winner = next((br for br in req.branches if self._finish(br)), None)
-                if req.winner is None:
-                    for br in req.branches:
-                        self._advance(br)
-                entries.append({
-                    "step": step, "prompt": req.prompt.id, "committed": committed[r * n : (r + 1) * n],
-                    "merged": merged, "synced": [], "refreshed": False,
-                    "winner": None if req.winner is None else req.branches.index(req.winner),
-                })
+            entries = [
+                self._settle(req, ratings, r * n, committed[r * n : (r + 1) * n], step, cfg)
+                for r, req in enumerate(running)
+            ]
             keep = [r for r, req in enumerate(running) if req.winner is None]
             keep_rows = [r * n + b for r in keep for b in range(n)]
             k_pos, k_valid = self._update_cache(cache, k_pos, k_valid, q_pos, q_valid, store, keep_rows)
@@ -223,6 +206,34 @@ class BlockBatchEngine(BlockDiffusionEngine):
                     entry["refreshed"] = refreshed
             step += 1
         return [self._generation(req, cfg) for req in requests], trace
+
+    def _commit_rows(self, rows: list[Branch], spans, k_valid, probs, index, cfg: BatchConfig) -> list[list]:
+        """Count the forward for every row (step 1: it wrote ``[cached, start)``), then commit
+        (step 2); returns each row's commits ``[(position, token)]``."""
+        confidence, top = (t.tolist() for t in probs.max(-1))
+        n_cached = k_valid.sum(1).tolist()
+        committed = []
+        for row, br in enumerate(rows):
+            n_queries = spans[row][1] - spans[row][0]
+            self._count(br, n_queries, n_cached[row] + n_queries, len(index[row]))
+            br.cached = br.start
+            committed.append(self._commit_block(br, [(p, confidence[i], top[i]) for p, i in index[row].items()], cfg))
+        return committed
+
+    def _settle(self, req: Request, ratings, first_row: int, committed, step: int, cfg: BatchConfig) -> dict:
+        """Steps 3 and 4 for one request after its commits: merge, finish, open the next blocks;
+        returns its trace entry (syncs and refresh are filled in later)."""
+        req.forwards += 1
+        merged = self._merge(req, ratings, first_row, cfg)
+        req.merges += len(merged)
+        req.winner = next((br for br in req.branches if self._finish(br)), None)
+        if req.winner is None:
+            for br in req.branches:
+                self._advance(br)
+        return {
+            "step": step, "prompt": req.prompt.id, "committed": committed, "merged": merged, "synced": [],
+            "refreshed": False, "winner": None if req.winner is None else req.branches.index(req.winner),
+        }
 
     def _new_request(self, prompt: Prompt, cfg: BatchConfig) -> Request:
         ids = self._encode(prompt)

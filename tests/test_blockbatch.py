@@ -4,6 +4,7 @@ Everything runs in float64 on the tiny random model (``tiny_folder`` in conftest
 confident, input-dependent predictions make branches disagree, merge and sync. Nothing here
 depends on the embedded model's accuracy.
 """
+import json
 from pathlib import Path
 
 import pytest
@@ -205,6 +206,20 @@ def test_counts_match_model_calls(tiny, config):
     for gen in gens:
         assert 1 <= gen.tokens <= SHORT["max_new_tokens"] and gen.extra["block_size"] in (4, 8, 16)
         assert gen.extra["flops"] > 0 and gen.extra["blocks"] >= 1
+
+
+def test_trace_one_entry_per_request_and_step(tiny):
+    """Every branch commits at least one token per step; the trace adds up to the counts."""
+    gens, trace = tiny.decode(PROMPTS, {**BRANCHY, "refresh_interval": 4}, record=True)
+    json.dumps(trace)  # the engine's trace file is JSON lines
+    for prompt, gen in zip(PROMPTS, gens):
+        steps = [e for e in trace if e["prompt"] == prompt.id]
+        assert len(steps) == gen.forwards - gen.extra["refreshes"] == steps[-1]["step"] + 1
+        assert [e["winner"] is None for e in steps] == [True] * (len(steps) - 1) + [False]
+        assert all(commits for e in steps for commits in e["committed"])
+        assert sum(len(e["merged"]) for e in steps) == gen.extra["merges"]
+        assert sum(len(e["synced"]) for e in steps) == gen.extra["syncs"]
+        assert sum(e["refreshed"] for e in steps) == gen.extra["refreshes"]
 
 
 def test_deterministic_and_protocol(tiny):
