@@ -2,25 +2,26 @@
 
     python benchmarks/bench_blockbatch.py [--grid grids/blockbatch.yaml] [--n 512] [--threads 1]
 
-Builds each config's engine as the gate does (a config's own ``engine:``/``engine_args:`` replace
-the grid's), warms each engine up, then decodes the grid's prompts with every config (batches of
-the grid's batch_size, in prompt order, reference first) and prints per config: accuracy and the
-prompts the reference answers and the config misses (V), TPF (pooled tokens / forwards, a batched
-forward counting once per request), forwards per request, row-forwards per request (the rows a
-request occupies in those forwards: BlockBatch's branches), analytical FLOPs per request and wall
-time, each beside its ratio to the reference; then BlockBatch's merges, syncs and refreshes per
-request and the mean block size of the winning branch.
+Prepares the grid as the gate does (its prompts, and each config's engine: a config's own
+``engine:``/``engine_args:`` replace the grid's), warms each engine up, then decodes the prompts
+with every config (batches of the grid's batch_size, in prompt order, reference first) and prints
+per config: accuracy and the prompts the reference answers and the config misses (V), TPF (pooled
+tokens / forwards, a batched forward counting once per request), forwards per request,
+row-forwards per request (the rows a request occupies in those forwards: BlockBatch's branches),
+analytical FLOPs per request and wall time, each beside its ratio to the reference; then
+BlockBatch's merges, syncs and refreshes per request and the mean block size of the winning branch.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import platform
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from pytest_redline import registry
+from pytest_redline.calibration import Level, prepare
 from pytest_redline.enginebook import EngineBook
 from pytest_redline.grid import load_grid
 from timing import generate_timed
@@ -57,14 +58,13 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch threads (set after the engines load)")
     args = parser.parse_args()
     grid = load_grid(args.grid)
-    suite_args = {**grid.suite_args, **({"n": args.n} if args.n else {})}
-    suite = registry.factory(registry.SUITES, grid.suite)(**suite_args)
-    prompts = suite.prompts()
+    if args.n:
+        grid = dataclasses.replace(grid, suite_args={**grid.suite_args, "n": args.n})
+    level = Level(alpha=0.1, delta=grid.delta or 0.1, grids_in_session=1, correction="holm", deploy_override=None)
+    cal = prepare(grid, grid.name, level, EngineBook())  # the gate's prompts, params and engines
     book = EngineBook()
-    engines = {
-        spec.name: book.get(spec.engine or grid.engine, dict(spec.engine_args) if spec.engine else {**grid.engine_args, **spec.engine_args})
-        for spec in grid.configs
-    }
+    engines = {name: book.get(*cal.engines[name]) for name in cal.configs}
+    prompts = list(cal.prompts)
     torch.set_num_threads(args.threads)  # after the engines: a `threads` engine_arg sets it too
     for engine in {id(e): e for e in engines.values()}.values():  # warm-up: one small batch each
         engine.generate(prompts[:8], {})
@@ -72,9 +72,8 @@ def main() -> None:
     print(f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, torch {torch.__version__}, "
           f"{len(prompts)} prompts, batch {grid.batch_size}, {info['device']} {info['dtype']}")
 
-    names = [grid.reference] + [spec.name for spec in grid.configs if spec.name != grid.reference]
-    params = {spec.name: spec.params for spec in grid.configs}
-    results = {name: measure(engines[name], suite, prompts, params[name], grid.batch_size) for name in names}
+    names = list(cal.collection_order())  # the reference first
+    results = {name: measure(engines[name], cal.suite, prompts, cal.params[name], grid.batch_size) for name in names}
     ref = results[grid.reference]
     print(f"\n{'config':<22}{'acc':>7}{'acc x':>7}{'V':>4}{'TPF':>7}{'TPF x':>7}{'fwd/req':>9}{'fwd x':>7}"
           f"{'rows/req':>9}{'rows x':>8}{'FLOPs x':>8}{'wall s':>8}{'wall x':>8}")

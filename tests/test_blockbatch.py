@@ -192,7 +192,11 @@ def test_counts_match_model_calls(tiny, config):
     """Alone, a request's forwards are the model calls and its row-forwards their rows; batched,
     the rows add up (refresh forwards, whose idle rows are not counted, aside)."""
     calls = []
-    hook = tiny.model.get_decoder().register_forward_hook(lambda m, a, k, out: calls.append(k["input_ids"].shape[0]), with_kwargs=True)
+
+    def record(module, args, kwargs, out):
+        calls.append(kwargs["input_ids"].shape[0])  # the call's rows
+
+    hook = tiny.model.get_decoder().register_forward_hook(record, with_kwargs=True)
     try:
         for prompt in PROMPTS[:3]:
             calls.clear()
