@@ -13,10 +13,13 @@ import torch
 from engines.base import Engine
 from engines.block_diffusion import BlockDiffusionEngine, DecodeConfig
 from engines.blockbatch import BatchConfig, BlockBatchEngine, Branch, Request
+from engines import modeling
 from engines.modeling import block_mask
 from pytest_redline import registry
 from pytest_redline.grid import load_grid
 from suites.arithmetic import ArithmeticSuite
+
+pytest_plugins = ["pytester"]
 
 PROMPTS = ArithmeticSuite(n=6, seed=11).prompts()
 SHORT = {"max_new_tokens": 20}
@@ -261,3 +264,32 @@ def test_grid_reference_is_multi_block_default_and_configs_valid():
     assert DecodeConfig.from_params(reference.params) == DecodeConfig.from_params({})
     candidates = [BatchConfig.from_params(s.params) for name, s in specs.items() if name != grid.reference]
     assert BatchConfig.from_params({}) in candidates  # the engine defaults are one of them
+
+
+def test_gate_runs_a_blockbatch_grid_end_to_end(pytester):
+    """Through the entry point, with a block_diffusion reference; selection mode exits 0 whatever
+    the embedded checkpoint's accuracy."""
+    pytester.makefile(".yaml", bb=GATE_GRID.format(model=modeling.EMBEDDED_MODEL))
+    threads = torch.get_num_threads()
+    try:
+        result = pytester.runpytest("-p", "no:cacheprovider", "--redline-alpha=0.1", "--redline-grid", "bb.yaml", "--redline-full")
+    finally:
+        torch.set_num_threads(threads)  # the grid's threads: 1 is process-wide
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(["*n=32 prompts, m=2 configs, cost tpf*", "R* multi *32 *", "* bs4-8 *32 *", "*CERTIFIED (blockbatch-tiny, select)*"])
+
+
+GATE_GRID = """\
+name: blockbatch-tiny
+suite: arithmetic
+suite_args: {{split: calibration, n: 32, seed: 0}}
+engine: blockbatch
+engine_args: {{model: {model}, device: cpu, dtype: float32, threads: 1}}
+cost: tpf
+reference: multi
+configs:
+  multi: {{engine: block_diffusion, engine_args: {{model: {model}, device: cpu, dtype: float32}}}}
+  bs4-8: {{block_sizes: [4, 8], max_new_tokens: 48}}
+deploy: fastest
+batch_size: 32
+"""
