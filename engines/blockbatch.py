@@ -35,9 +35,11 @@ and branches that continue from a leader's blocks, share one forward. One engine
    order). A branch more than ``sync_lag`` positions behind takes the leader's tokens, block ids,
    current block, cached length and cache row: its state equals the leader's, and it goes on
    with its own block size after the leader's current block.
-6. **Refresh.** Each time the leader has decoded ``refresh_interval`` more positions (0: never),
-   one extra batched forward recomputes every branch's cached prefix ``[0, cached)`` from scratch
-   and replaces its cache row (it reads no logits and commits nothing). With this engine's exact
+6. **Refresh.** Each time a request's leader has decoded ``refresh_interval`` more positions
+   (0: never), one extra batched forward, shared by the requests due in this step, recomputes
+   each of their branches' cached prefix ``[0, cached)`` from scratch and replaces its cache row
+   (it reads no logits and commits nothing; the rows of requests not due compute nothing and
+   are not counted; a request with nothing cached skips it). With this engine's exact
    block-causal cache this recomputes the same K/V (outputs are unchanged; only forwards grow):
    it exists for BlockBatch's approximate Fast-dLLM caches, whose stale K/V the refresh repairs.
 
@@ -47,10 +49,10 @@ happen and the engine decodes as ``block_diffusion`` with ``buffer_size = 1``, t
 
 Counting (see ``engines.base``): ``forwards`` = the batched forwards the request took part in, as
 the request experiences them: each step's forward counts 1 and each refresh forward 1, however
-many branch rows they hold (BlockBatch's paper counts a batched forward once per branch instead).
-``tokens`` = the winner's generated tokens up to and including the first EOS. ``extra``:
-``row_forwards`` (the rows computed for the request: the sum over its forwards of its branch rows,
-the compute that the batch hides), ``merges`` (positions filled by merging), ``syncs``,
+many branch rows they hold. (The NFE the BlockBatch paper reports, the winner's own forwards,
+counts the same batched forwards and hides the rows too.) ``tokens`` = the winner's generated
+tokens up to and including the first EOS. ``extra``: ``row_forwards`` (the rows computed for the
+request: the sum over its forwards of its branch rows, the compute that the batch hides), ``merges`` (positions filled by merging), ``syncs``,
 ``refreshes``, ``flops`` (analytical, over all the request's rows, as in ``block_diffusion``),
 ``blocks`` (blocks spanned by the output) and ``block_size`` (the winning branch's).
 """
