@@ -48,6 +48,7 @@ import torch
 from transformers import DynamicCache
 
 from engines import modeling
+from engines.autoregressive import set_threads
 from engines.base import Generation
 from suites.base import Prompt
 
@@ -125,7 +126,8 @@ class Request:
 
 class BlockDiffusionEngine:
     """``BlockDiffusionEngine(model=PATH, device="auto", dtype="auto", mask_token_id=None,
-    trust_remote_code=False, trace=None)``; the model defaults to the embedded bd-tiny."""
+    trust_remote_code=False, trace=None, threads=None)``; the model defaults to the embedded bd-tiny.
+    ``threads`` sets torch's intra-op threads (see ``autoregressive.set_threads``)."""
 
     name = "block_diffusion"
 
@@ -137,7 +139,9 @@ class BlockDiffusionEngine:
         mask_token_id: int | None = None,
         trust_remote_code: bool = False,
         trace: str | Path | None = None,
+        threads: int | None = None,
     ):
+        set_threads(threads, self.name)
         self.path = Path(model) if model is not None else modeling.EMBEDDED_MODEL
         self.model, self.tokenizer = modeling.load(self.path, device, dtype, trust_remote_code)
         self.device = next(self.model.parameters()).device

@@ -59,14 +59,12 @@ request: the sum over its forwards of its branch rows, the compute that the batc
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import torch
 from transformers import DynamicCache
 
 from engines import modeling
-from engines.autoregressive import set_threads
 from engines.base import Generation
 from engines.block_diffusion import BlockDiffusionEngine, check_params
 from suites.base import Prompt
@@ -147,19 +145,6 @@ class BlockBatchEngine(BlockDiffusionEngine):
     ``threads`` sets torch's intra-op threads (see ``autoregressive.set_threads``)."""
 
     name = "blockbatch"
-
-    def __init__(
-        self,
-        model: str | Path | None = None,
-        device: str = "auto",
-        dtype: str = "auto",
-        mask_token_id: int | None = None,
-        trust_remote_code: bool = False,
-        trace: str | Path | None = None,
-        threads: int | None = None,
-    ):
-        set_threads(threads, self.name)
-        super().__init__(model, device, dtype, mask_token_id, trust_remote_code, trace)
 
     def _decode_config(self, config: Mapping[str, Any]) -> BatchConfig:
         return BatchConfig.from_params(config)
