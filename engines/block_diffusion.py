@@ -48,7 +48,7 @@ import torch
 from transformers import DynamicCache
 
 from engines import modeling
-from engines.autoregressive import set_threads
+from engines.autoregressive import encode, eos_ids, set_threads
 from engines.base import Generation
 from suites.base import Prompt
 
@@ -147,7 +147,7 @@ class BlockDiffusionEngine:
         self.device = next(self.model.parameters()).device
         self.dtype = next(self.model.parameters()).dtype
         self.mask_id = self._mask_token_id(mask_token_id)
-        self.eos_ids = self._eos_ids()
+        self.eos_ids = eos_ids(self.model, self.tokenizer, str(self.path))
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else min(self.eos_ids)
         self.trace_path = Path(trace) if trace is not None else None
         self._fingerprint: str | None = None
@@ -222,22 +222,12 @@ class BlockDiffusionEngine:
         return DecodeConfig.from_params(config)
 
     def _new_request(self, prompt: Prompt, cfg: DecodeConfig) -> Request:
-        ids = self._encode(prompt)
+        ids = encode(self.tokenizer, prompt, self.name)
         limit = len(ids) + cfg.max_new_tokens
         span = (-(-limit // cfg.block_size) + cfg.buffer_size) * cfg.block_size  # room for placeholders
         tokens = ids + [self.mask_id] * (span - len(ids))
         start = (len(ids) // cfg.block_size) * cfg.block_size
         return Request(prompt=prompt, tokens=tokens, prompt_len=len(ids), limit=limit, cached=0, final=start)
-
-    def _encode(self, prompt: Prompt) -> list[int]:
-        if getattr(self.tokenizer, "chat_template", None) and prompt.messages:
-            ids = self.tokenizer.apply_chat_template(list(prompt.messages), add_generation_prompt=True, tokenize=True)
-            ids = ids["input_ids"] if isinstance(ids, Mapping) else ids
-        else:
-            ids = self.tokenizer(prompt.text).input_ids
-        if not ids:
-            raise ValueError(f"block_diffusion: prompt {prompt.id!r} encodes to no tokens")
-        return list(ids)
 
     # -- scheduler: admission, window, cache entry, finishing -------------------------------
 
@@ -426,12 +416,3 @@ class BlockDiffusionEngine:
             if value is not None:
                 return int(value)
         raise ValueError(f"{self.path}: no mask token id; pass engine_args.mask_token_id")
-
-    def _eos_ids(self) -> frozenset[int]:
-        ids = {self.tokenizer.eos_token_id}
-        gen_eos = getattr(getattr(self.model, "generation_config", None), "eos_token_id", None)
-        ids.update(gen_eos if isinstance(gen_eos, (list, tuple)) else [gen_eos])
-        ids.discard(None)
-        if not ids:
-            raise ValueError(f"{self.path}: no EOS token id in the tokenizer or generation config")
-        return frozenset(int(i) for i in ids)

@@ -65,6 +65,7 @@ import torch
 from transformers import DynamicCache
 
 from engines import modeling
+from engines.autoregressive import encode
 from engines.base import Generation
 from engines.block_diffusion import BlockDiffusionEngine, check_params
 from suites.base import Prompt
@@ -223,7 +224,7 @@ class BlockBatchEngine(BlockDiffusionEngine):
         }
 
     def _new_request(self, prompt: Prompt, cfg: BatchConfig) -> Request:
-        ids = self._encode(prompt)
+        ids = encode(self.tokenizer, prompt, self.name)
         limit = len(ids) + cfg.max_new_tokens
         length = limit + max(cfg.block_sizes)  # every block starts before the limit
         tokens = ids + [self.mask_id] * (length - len(ids))
