@@ -95,8 +95,20 @@ def normalise_math(answer: str) -> str:
     ``a/b`` of integers -> ``\frac{a}{b}``; no ``\left``/``\right``, ``\!``, ``\,``, spaces,
     ``^\circ``, ``\$``, ``$``, ``\%``; a trailing unit ``\text{ cm}`` dropped, other ``\text{...}``
     (and ``\textbf``, ``\mbox``, ``\mathrm``) unwrapped; ``x=5`` -> ``5`` (a name of at most two
-    characters); thousands separators and a trailing period dropped.
+    characters); thousands separators and a trailing period dropped. The rules are applied until
+    nothing changes (one rule can expose another's pattern, as ``1/2.`` or ``x=y=3`` do), so the
+    normal form is a fixed point.
     """
+    s = answer
+    for _ in range(10):
+        once = _normalise_once(s)
+        if once == s:
+            break
+        s = once
+    return s
+
+
+def _normalise_once(answer: str) -> str:
     s = answer.strip().replace("\n", " ")
     s = re.split(r"\\(?:text|mbox)\{ ", s, maxsplit=1)[0] if re.search(r"\S\s*\\(?:text|mbox)\{ ", s) else s
     s = re.sub(r"\\(?:text|textbf|mbox|mathrm|mathbf)\{([^{}]*)\}", r"\1", s)
@@ -174,6 +186,16 @@ def math_correct(text: str, gold: str, use_math_verify: bool = True) -> bool:
     """Whether the last ``\\boxed{}`` of ``text`` is the gold answer. Never raises."""
     predicted = last_boxed(text)
     return bool(predicted and predicted.strip()) and math_equivalent(predicted, gold, use_math_verify)
+
+
+def math_verify_version() -> str | None:
+    """The installed math-verify's version, or None (it changes which answers count as equal)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("math-verify") if math_verify_available() else None
+    except PackageNotFoundError:
+        return None
 
 
 def math_verify_available() -> bool:

@@ -37,7 +37,7 @@ from typing import Any, Sequence
 
 from suites.base import Prompt, chat
 from suites.records import Record, check_int, data_path, read_records, reject_unknown, select
-from suites.sandbox import Limits, Program, Result, run_many
+from suites.sandbox import Limits, Program, Result, interpreter_version, run_many
 from suites.union import Union, part_args
 
 HUMANEVAL_INSTRUCTION = "Complete the following Python function. Reply with the whole function in a ```python code block."
@@ -95,6 +95,11 @@ class _Executed:
 
     def program(self, prompt: Prompt, text: str) -> Program:
         raise NotImplementedError
+
+    @property
+    def version(self) -> str:
+        """The interpreter programs run under and its version (part of the outcome store's key)."""
+        return interpreter_version(self.python)
 
     def execute(self, prompts: Sequence[Prompt], texts: Sequence[str], workers: int | None = None) -> list[Result | None]:
         """The sandbox result of each completion (None where no program could be built from it)."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping, Sequence
 
-from suites.answers import gsm8k_correct, gsm8k_gold, math_correct
+from suites.answers import gsm8k_correct, gsm8k_gold, math_correct, math_verify_version
 from suites.base import Prompt, chat
 from suites.records import check_int, data_path, read_records, reject_unknown, select
 from suites.union import Union, part_args
@@ -101,6 +101,12 @@ class MATH500:
 
     def prompts(self) -> list[Prompt]:
         return list(self._prompts)
+
+    @property
+    def version(self) -> str:
+        """What scoring depends on beyond the data (part of the outcome store's key)."""
+        installed = math_verify_version()
+        return f"math-verify {installed}" if self.math_verify and installed else "math-verify not used"
 
     def score(self, prompt: Prompt, text: str) -> bool:
         try:

@@ -30,6 +30,7 @@ whose total memory and network are limited when the code may be hostile.
 from __future__ import annotations
 
 import fcntl
+import functools
 import math
 import os
 import pwd
@@ -357,6 +358,16 @@ def _runs_as(python: str, uid: int) -> bool:
     except OSError:
         return False
     return probe.returncode == 0
+
+
+@functools.cache
+def interpreter_version(python: str | None = None) -> str:
+    """``"PATH VERSION"`` of the interpreter programs run under (``python``, else the sandbox's
+    choice): a different Python can score the same completion differently."""
+    path = python or interpreter()
+    probe = subprocess.run([path, "-c", "import platform; print(platform.python_version())"],
+                           capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL)
+    return f"{path} {probe.stdout.strip() or 'unknown version'}"
 
 
 def interpreter() -> str:

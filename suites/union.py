@@ -23,6 +23,11 @@ class Union:
     def prompts(self) -> list[Prompt]:
         return list(self._prompts)
 
+    @property
+    def version(self) -> str:
+        """The parts' scoring versions (part of the outcome store's key)."""
+        return "; ".join(f"{name}: {getattr(part, 'version', '')}" for name, part in self.parts.items())
+
     def part(self, prompt: Prompt) -> Any:
         prefix = prompt.id.split("/", 1)[0]
         if prefix not in self.parts:

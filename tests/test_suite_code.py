@@ -4,6 +4,7 @@ malformed output is wrong, never an error."""
 from __future__ import annotations
 
 import json
+import re
 from importlib.metadata import entry_points
 
 import pytest
@@ -204,3 +205,15 @@ def test_fenced_blocks_only_python_code():
 def test_vendored_data_used_code():
     assert HUMANEVAL.prompts()[0].meta["prompt"].startswith("from typing import List")
     assert (DATA / "HumanEval.jsonl.gz").is_file() and (DATA / "mbpp.jsonl").is_file()
+
+
+def test_version_names_interpreter_code(tmp_path):
+    """The interpreter (path and version) enters the outcome store's key."""
+    import platform
+    import sys
+
+    chosen = HumanEval(count=1, seed=0, python=sys.executable).version
+    assert chosen == f"{sys.executable} {platform.python_version()}"
+    default = HumanEval(count=1, seed=0).version
+    assert re.fullmatch(r"\S+ \d+\.\d+\.\d+", default)
+    assert CodeSuite(count=2, seed=0).version == default  # the union runs every part's programs

@@ -288,3 +288,11 @@ def test_dispatch_union_math():
     assert len(MathSuite(count=10, seed=2).prompts()) == 10
     with pytest.raises(ValueError, match=r"suite 'math': suite_args.gsm8k: expected a mapping"):
         MathSuite(gsm8k=3)
+
+
+def test_version_names_math_verify_use_math500():
+    """The scorer's version enters the outcome store's key: math-verify on or off must differ."""
+    on, off = MATH500(count=2, seed=0).version, MATH500(count=2, seed=0, math_verify=False).version
+    assert off == "math-verify not used"
+    assert on != off if math_verify_available() else on == off
+    assert MathSuite(count=4, seed=0).version.endswith(f"math500: {on}")
