@@ -2,16 +2,17 @@
 
     python benchmarks/bench_flowblock.py [--grid grids/flowblock.yaml] [--n 512] [--threads 1]
 
-Decodes the grid's calibration prompts (batches of the grid's batch_size, in prompt order) with
-every config, and each FlowBlock config once more with ``window: 1`` (the same config decoded
-serially, one block at a time; spawn_threshold then plays no part). Prints per config: accuracy,
-V (prompts the reference answers and the config misses), TPF (pooled tokens / forwards) and its
-ratios to the reference and to the serial decoding (``ser x``), forwards and edits per request,
-wall time and its ratio to the reference, and two divergences: the share of output positions
-that differ from the serial decoding of the same config (``div ser``: what the wavefront
-changes) and from the reference's output (``div ref``). Outputs are compared position by position up to the longer one (a position
-only one output has differs), pooled over the prompts. Then the Redline verdict at alpha 0.1 and
-0.02 (Holm at the grid's delta), the computation the gate makes.
+Warms each engine up, then decodes the grid's calibration prompts (batches of the grid's
+batch_size, in prompt order) with every config, and each FlowBlock config once more with
+``window: 1`` (the same config decoded serially, one block at a time; spawn_threshold then plays no
+part). Prints per config: accuracy, V (prompts the reference answers and the config misses), TPF (pooled
+tokens / forwards) and its ratios to the reference and to the serial decoding (``ser x``), forwards
+and edits per request, wall time and its ratio to the reference, and two divergences: the share of
+output positions that differ from the serial decoding of the same config (``div ser``: what the
+wavefront changes) and from the reference's output (``div ref``). Outputs are compared position by
+position up to the longer one (a position only one output has differs), pooled over the prompts.
+Then the Redline verdict at alpha 0.1 and 0.02 (Holm at the grid's delta), the computation the gate
+makes.
 """
 from __future__ import annotations
 
@@ -63,9 +64,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--grid", default=str(ROOT / "grids" / "flowblock.yaml"))
     parser.add_argument("--n", type=int, default=None, help="prompts (default: the grid's suite_args.n)")
-    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (set after the engines load)")
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
     grid = load_grid(args.grid)
     suite = ArithmeticSuite(**{**grid.suite_args, **({"n": args.n} if args.n else {})})
     prompts = suite.prompts()
@@ -81,10 +81,13 @@ def main() -> None:
         return engines[key]
 
     specs = {spec.name: spec for spec in grid.configs}
+    built = {id(e): e for e in map(engine_of, specs.values())}
+    torch.set_num_threads(args.threads)  # after the engines: a `threads` engine_arg sets it too
     first = engine_of(specs[grid.reference]).describe()
     print(f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, torch {torch.__version__}, "
           f"{len(prompts)} prompts, batch {grid.batch_size}, {first['device']} {first['dtype']}")
-
+    for engine in built.values():  # warm-up: one small batch each
+        engine.generate(prompts[:8], {})
     results = {name: run(engine_of(spec), suite, prompts, spec.params, grid.batch_size) for name, spec in specs.items()}
     serial: dict[str, dict] = {}  # one serial decoding per distinct window-1 config
     ref = results[grid.reference]
