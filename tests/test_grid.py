@@ -161,3 +161,29 @@ def test_error_for_missing_input_path(tmp_path: Path) -> None:
     )
     (tmp_path / "drafts" / "small").mkdir(parents=True)
     grid.check_paths()  # cache_path names a file to write: it need not exist
+
+
+def test_valid_mixed_grid_configs_for_their_engines() -> None:
+    """grids/mixed.yaml: the multi-block defaults as the reference, candidates of all three
+    block-diffusion engines, each config valid for its own engine (parsing only: no model loads)."""
+    from engines.block_diffusion import DecodeConfig
+    from engines.blockbatch import BatchConfig
+    from engines.flowblock import FlowConfig
+
+    checks = {"block_diffusion": DecodeConfig, "flowblock": FlowConfig, "blockbatch": BatchConfig}
+    grid = load_grid(Path(__file__).resolve().parent.parent / "grids" / "mixed.yaml")
+    grid.check_paths()
+    specs = {spec.name: spec for spec in grid.configs}
+    reference = specs[grid.reference]
+    assert grid.engine == "block_diffusion" and reference.engine is None
+    assert DecodeConfig.from_params(reference.params) == DecodeConfig.from_params({})
+    configs = {engine: [] for engine in checks}
+    for spec in grid.configs:
+        engine = spec.engine or grid.engine
+        engine_args = spec.engine_args if spec.engine else grid.engine_args
+        assert engine_args == grid.engine_args  # the same model, device, dtype and threads: 1
+        configs[engine].append(checks[engine].from_params(spec.params))
+    assert grid.engine_args["threads"] == 1
+    assert FlowConfig.from_params({}) in configs["flowblock"]  # each engine's defaults are a candidate
+    assert BatchConfig.from_params({}) in configs["blockbatch"]
+    assert all(len(found) >= 2 for found in configs.values())
