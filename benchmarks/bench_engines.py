@@ -16,18 +16,10 @@ The default grid, grids/mixed.yaml, holds the multi-block, FlowBlock and BlockBa
 """
 from __future__ import annotations
 
-import argparse
-import dataclasses
-import platform
 from pathlib import Path
 
 import numpy as np
-import torch
-
-from pytest_redline.calibration import Level, prepare
-from pytest_redline.enginebook import EngineBook
-from pytest_redline.grid import load_grid
-from timing import generate_timed
+from timing import gate_setup, generate_timed
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -60,25 +52,8 @@ def ratio(value: float, reference: float) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--grid", default=str(ROOT / "grids" / "mixed.yaml"))
-    parser.add_argument("--n", type=int, default=None, help="prompts (default: the grid's suite_args.n)")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (set after the engines load)")
-    args = parser.parse_args()
-    grid = load_grid(args.grid)
-    if args.n:
-        grid = dataclasses.replace(grid, suite_args={**grid.suite_args, "n": args.n})
-    level = Level(alpha=0.1, delta=grid.delta or 0.1, grids_in_session=1, correction="holm", deploy_override=None)
-    cal = prepare(grid, grid.name, level, EngineBook())  # the gate's prompts, params and engines
-    book = EngineBook()
-    engines = {name: book.get(*cal.engines[name]) for name in cal.configs}
+    _, grid, cal, engines = gate_setup(__doc__.split("\n\n")[0], str(ROOT / "grids" / "mixed.yaml"))
     prompts = list(cal.prompts)
-    torch.set_num_threads(args.threads)  # after the engines: a `threads` engine_arg sets it too
-    for engine in {id(e): e for e in engines.values()}.values():  # warm-up: one small batch each
-        engine.generate(prompts[:8], {})
-    info = next(iter(engines.values())).describe()
-    print(f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, torch {torch.__version__}, "
-          f"{len(prompts)} prompts, batch {grid.batch_size}, {info['device']} {info['dtype']}")
 
     names = list(cal.collection_order())  # the reference first
     results = {name: measure(engines[name], cal.suite, prompts, cal.params[name], grid.batch_size) for name in names}

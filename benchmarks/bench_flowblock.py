@@ -16,18 +16,13 @@ makes.
 """
 from __future__ import annotations
 
-import argparse
 import json
-import platform
 from pathlib import Path
 
 import numpy as np
-import torch
 
-from pytest_redline import registry, risk
-from pytest_redline.grid import load_grid
-from suites.arithmetic import ArithmeticSuite
-from timing import generate_timed
+from pytest_redline import risk
+from timing import gate_setup, generate_timed
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -61,46 +56,21 @@ def run(engine, suite, prompts, params, batch_size) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--grid", default=str(ROOT / "grids" / "flowblock.yaml"))
-    parser.add_argument("--n", type=int, default=None, help="prompts (default: the grid's suite_args.n)")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (set after the engines load)")
-    args = parser.parse_args()
-    grid = load_grid(args.grid)
-    suite = ArithmeticSuite(**{**grid.suite_args, **({"n": args.n} if args.n else {})})
-    prompts = suite.prompts()
-
-    engines: dict[str, object] = {}
-
-    def engine_of(spec):
-        name = spec.engine or grid.engine
-        engine_args = dict(spec.engine_args) if spec.engine else {**grid.engine_args, **spec.engine_args}
-        key = json.dumps([name, engine_args], sort_keys=True)
-        if key not in engines:
-            engines[key] = registry.factory(registry.ENGINES, name)(**engine_args)
-        return engines[key]
-
-    specs = {spec.name: spec for spec in grid.configs}
-    built = {id(e): e for e in map(engine_of, specs.values())}
-    torch.set_num_threads(args.threads)  # after the engines: a `threads` engine_arg sets it too
-    first = engine_of(specs[grid.reference]).describe()
-    print(f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, torch {torch.__version__}, "
-          f"{len(prompts)} prompts, batch {grid.batch_size}, {first['device']} {first['dtype']}")
-    for engine in built.values():  # warm-up: one small batch each
-        engine.generate(prompts[:8], {})
-    results = {name: run(engine_of(spec), suite, prompts, spec.params, grid.batch_size) for name, spec in specs.items()}
+    _, grid, cal, engines = gate_setup(__doc__.split("\n\n")[0], str(ROOT / "grids" / "flowblock.yaml"))
+    suite, prompts, names = cal.suite, list(cal.prompts), list(cal.configs)
+    results = {name: run(engines[name], suite, prompts, cal.params[name], grid.batch_size) for name in names}
     serial: dict[str, dict] = {}  # one serial decoding per distinct window-1 config
     ref = results[grid.reference]
     print(f"\n{'config':<20}{'acc':>7}{'V':>5}{'TPF':>7}{'TPF x':>8}{'ser x':>7}{'fwd/req':>9}{'edits':>7}"
           f"{'wall s':>8}{'wall x':>8}{'div ser':>9}{'div ref':>9}")
-    for name, spec in specs.items():
+    for name in names:
         r = results[name]
         speedup = div_serial = "-"
-        if (spec.engine or grid.engine) == "flowblock":
-            params = {**spec.params, "window": 1}
+        if cal.engines[name][0] == "flowblock":
+            params = {**cal.params[name], "window": 1}
             key = json.dumps(params, sort_keys=True)
             if key not in serial:
-                serial[key] = run(engine_of(spec), suite, prompts, params, grid.batch_size)
+                serial[key] = run(engines[name], suite, prompts, params, grid.batch_size)
             speedup = f"{r['tpf'] / serial[key]['tpf']:.3f}"
             div_serial = f"{divergence(r['ids'], serial[key]['ids']):.3f}"
         violations = int((ref["correct"] & ~r["correct"]).sum())
@@ -108,7 +78,6 @@ def main() -> None:
               f"{speedup:>7}{r['fpr']:>9.1f}{r['edits']:>7.2f}{r['wall']:>8.1f}{r['wall'] / ref['wall']:>8.3f}"
               f"{div_serial:>9}{divergence(r['ids'], ref['ids']):>9.3f}")
 
-    names = list(specs)
     correct = np.stack([results[n]["correct"] for n in names])
     cost = np.array([results[n]["tpf"] for n in names])
     for alpha in (0.1, 0.02):
