@@ -38,3 +38,19 @@ def tiny_folder(tmp_path_factory):
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
+
+
+@pytest.fixture
+def run_gate(pytester):
+    """``run_gate(*args)``: ``pytester.runpytest("-p", "no:cacheprovider", *args)`` in process, then
+    torch's thread count restored (a grid's ``threads: 1`` is process-wide)."""
+    import torch
+
+    def run(*args):
+        threads = torch.get_num_threads()
+        try:
+            return pytester.runpytest("-p", "no:cacheprovider", *args)
+        finally:
+            torch.set_num_threads(threads)
+
+    return run

@@ -266,15 +266,11 @@ def test_grid_reference_is_multi_block_default_and_configs_valid():
     assert BatchConfig.from_params({}) in candidates  # the engine defaults are one of them
 
 
-def test_gate_runs_a_blockbatch_grid_end_to_end(pytester):
+def test_gate_runs_a_blockbatch_grid_end_to_end(pytester, run_gate):
     """Through the entry point, with a block_diffusion reference; selection mode exits 0 whatever
     the embedded checkpoint's accuracy."""
     pytester.makefile(".yaml", bb=GATE_GRID.format(model=modeling.EMBEDDED_MODEL))
-    threads = torch.get_num_threads()
-    try:
-        result = pytester.runpytest("-p", "no:cacheprovider", "--redline-alpha=0.1", "--redline-grid", "bb.yaml", "--redline-full")
-    finally:
-        torch.set_num_threads(threads)  # the grid's threads: 1 is process-wide
+    result = run_gate("--redline-alpha=0.1", "--redline-grid", "bb.yaml", "--redline-full")
     assert result.ret == 0
     result.stdout.fnmatch_lines(["*n=32 prompts, m=2 configs, cost tpf*", "R* multi *32 *", "* bs4-8 *32 *", "*CERTIFIED (blockbatch-tiny, select)*"])
 

@@ -127,13 +127,9 @@ def test_describe_reports_the_runtime_and_bitsandbytes(engine) -> None:
     assert len(engine.fingerprint()) == 64
 
 
-def test_gate_certifies_a_quantization_grid_end_to_end(pytester) -> None:
+def test_gate_certifies_a_quantization_grid_end_to_end(pytester, run_gate) -> None:
     pytester.makefile(".yaml", quant=GATE_GRID.format(model=AR_TARGET))
-    threads = torch.get_num_threads()
-    try:
-        result = pytester.runpytest("-p", "no:cacheprovider", "--redline-alpha=0.1", "--redline-grid", "quant.yaml")
-    finally:
-        torch.set_num_threads(threads)  # the grid's threads: 1 is process-wide
+    result = run_gate("--redline-alpha=0.1", "--redline-grid", "quant.yaml")
     assert result.ret == 0
     result.stdout.fnmatch_lines(["*cost memory (lower is better)*", "R* fp32 *", "* nf4 *", "*CERTIFIED (quantization-tiny, select)*"])
 

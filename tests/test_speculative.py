@@ -297,13 +297,9 @@ def test_describe_names_both_models_and_the_runtime() -> None:
     assert len(engine.fingerprint()) == 64
 
 
-def test_gate_certifies_a_speculative_grid_end_to_end(pytester) -> None:
+def test_gate_certifies_a_speculative_grid_end_to_end(pytester, run_gate) -> None:
     pytester.makefile(".yaml", spec=GATE_GRID.format(target=AR_TARGET, draft=AR_DRAFT))
-    threads = torch.get_num_threads()
-    try:
-        result = pytester.runpytest("-p", "no:cacheprovider", "--redline-alpha=0.1", "--redline-grid", "spec.yaml")
-    finally:
-        torch.set_num_threads(threads)  # the grid's threads: 1 is process-wide
+    result = run_gate("--redline-alpha=0.1", "--redline-grid", "spec.yaml")
     assert result.ret == 0
     result.stdout.fnmatch_lines(["*n=32 prompts, m=2 configs, cost apf*", "R* lossless *", "* eps0.05 *", "*CERTIFIED (speculative-tiny, select)*"])
 
