@@ -74,11 +74,16 @@ def test_left_pad_positions_start_at_first_token():
     assert modeling.left_pad_positions(valid).tolist() == [[0, 0, 0, 1], [0, 1, 2, 3]]
 
 
-def test_roundtrip_save_load_identical_logits(tiny):
+def test_roundtrip_save_load_keeps_weights_exactly_and_logits_closely(tiny):
     model, folder = tiny
     loaded, tokenizer = modeling.load(folder, device="cpu", dtype="float64")
+    saved, reloaded = model.state_dict(), loaded.state_dict()
+    assert saved.keys() == reloaded.keys()
+    for name in saved:  # the weights round-trip exactly ...
+        assert torch.equal(saved[name].to(torch.float64), reloaded[name]), name
     ids = torch.tensor([tokenizer("12+34=").input_ids])
-    assert torch.equal(_logits(model, ids, 4), _logits(loaded, ids, 4))
+    # ... the logits only to a tolerance: two models may reduce in another order (5.6e-17 seen).
+    torch.testing.assert_close(_logits(model, ids, 4), _logits(loaded, ids, 4), rtol=1e-12, atol=1e-12)
     assert loaded.config.mask_token_id == tokenizer.mask_token_id == 1
 
 
