@@ -19,8 +19,8 @@ import numpy as np
 import torch
 import yaml
 
-from engines.block_diffusion import BlockDiffusionEngine
-from suites.arithmetic import ArithmeticSuite
+from pytest_redline.engines.block_diffusion import BlockDiffusionEngine
+from pytest_redline.suites.arithmetic import ArithmeticSuite
 from timing import generate_timed
 
 ROOT = Path(__file__).resolve().parent.parent

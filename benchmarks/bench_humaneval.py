@@ -16,8 +16,8 @@ import platform
 import subprocess
 import time
 
-from suites.code import HumanEval
-from suites.sandbox import interpreter
+from pytest_redline.suites.code import HumanEval
+from pytest_redline.suites.sandbox import interpreter
 
 BUDGET_SECONDS = 30.0
 

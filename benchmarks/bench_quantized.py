@@ -13,10 +13,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from engines import memory
-from engines.quantized import QuantizedEngine
+from pytest_redline.engines import memory
+from pytest_redline.engines.quantized import QuantizedEngine
 from pytest_redline.grid import load_grid
-from suites.arithmetic import ArithmeticSuite
+from pytest_redline.suites.arithmetic import ArithmeticSuite
 from timing import generate_timed
 
 GRID = Path(__file__).resolve().parents[1] / "grids" / "quantization.yaml"

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import torch
 
-from engines.speculative import SpeculativeEngine
+from pytest_redline.engines.speculative import SpeculativeEngine
 from pytest_redline.grid import load_grid
-from suites.arithmetic import ArithmeticSuite
+from pytest_redline.suites.arithmetic import ArithmeticSuite
 from timing import generate_timed
 
 GRID = Path(__file__).resolve().parents[1] / "grids" / "speculative.yaml"

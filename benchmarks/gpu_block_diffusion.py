@@ -19,8 +19,8 @@ from pathlib import Path
 import torch
 import yaml
 
-from engines.block_diffusion import BlockDiffusionEngine
-from suites.arithmetic import ArithmeticSuite
+from pytest_redline.engines.block_diffusion import BlockDiffusionEngine
+from pytest_redline.suites.arithmetic import ArithmeticSuite
 
 ROOT = Path(__file__).resolve().parent.parent
 

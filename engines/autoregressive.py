@@ -25,8 +25,8 @@ from typing import Mapping, Sequence
 import torch
 from transformers import DynamicCache
 
-from engines import modeling
-from suites.base import Prompt
+from pytest_redline.engines import modeling
+from pytest_redline.suites.base import Prompt
 
 AR_TARGET = modeling.EMBEDDED_MODEL.parent / "ar-target"  # the embedded autoregressive models
 AR_DRAFT = modeling.EMBEDDED_MODEL.parent / "ar-draft"

@@ -47,10 +47,10 @@ from typing import Any, Mapping, Sequence
 import torch
 from transformers import DynamicCache
 
-from engines import modeling
-from engines.autoregressive import encode, eos_ids, set_threads
-from engines.base import Generation
-from suites.base import Prompt
+from pytest_redline.engines import modeling
+from pytest_redline.engines.autoregressive import encode, eos_ids, set_threads
+from pytest_redline.engines.base import Generation
+from pytest_redline.suites.base import Prompt
 
 DEFAULTS: dict[str, Any] = {
     "block_size": 8,

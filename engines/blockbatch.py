@@ -64,11 +64,11 @@ from typing import Any, Mapping, Sequence
 import torch
 from transformers import DynamicCache
 
-from engines import modeling
-from engines.autoregressive import encode
-from engines.base import Generation
-from engines.block_diffusion import BlockDiffusionEngine, check_params
-from suites.base import Prompt
+from pytest_redline.engines import modeling
+from pytest_redline.engines.autoregressive import encode
+from pytest_redline.engines.base import Generation
+from pytest_redline.engines.block_diffusion import BlockDiffusionEngine, check_params
+from pytest_redline.suites.base import Prompt
 
 DEFAULTS: dict[str, Any] = {
     "block_sizes": [4, 8, 16],  # one branch each (the paper evaluates 4-8-16-32-64)

@@ -55,10 +55,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from engines import modeling
-from engines.base import Generation
-from engines.block_diffusion import BlockDiffusionEngine, Request, check_params
-from suites.base import Prompt
+from pytest_redline.engines import modeling
+from pytest_redline.engines.base import Generation
+from pytest_redline.engines.block_diffusion import BlockDiffusionEngine, Request, check_params
+from pytest_redline.suites.base import Prompt
 
 DEFAULTS: dict[str, Any] = {
     "block_size": 8,

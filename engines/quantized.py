@@ -27,10 +27,10 @@ from typing import Any, Mapping, Sequence
 import torch
 from transformers import AutoModelForCausalLM, BitsAndBytesConfig
 
-from engines import memory, modeling
-from engines.autoregressive import AR_TARGET, Request, encode, eos_ids, greedy, set_threads
-from engines.base import Generation
-from suites.base import Prompt
+from pytest_redline.engines import memory, modeling
+from pytest_redline.engines.autoregressive import AR_TARGET, Request, encode, eos_ids, greedy, set_threads
+from pytest_redline.engines.base import Generation
+from pytest_redline.suites.base import Prompt
 
 MODES = ("none", "int8", "nf4", "fp4")
 DEFAULTS: dict[str, Any] = {"quantization": "none", "max_new_tokens": 96}

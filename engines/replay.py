@@ -19,9 +19,9 @@ import math
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from engines.base import Generation
+from pytest_redline.engines.base import Generation
 from pytest_redline.outcomes import OutcomeTable
-from suites.base import Prompt
+from pytest_redline.suites.base import Prompt
 
 
 class ReplayEngine:

@@ -38,10 +38,10 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
-from engines import modeling
-from engines.autoregressive import AR_DRAFT, AR_TARGET, Request, RowCache, encode, eos_ids, set_threads
-from engines.base import Generation
-from suites.base import Prompt
+from pytest_redline.engines import modeling
+from pytest_redline.engines.autoregressive import AR_DRAFT, AR_TARGET, Request, RowCache, encode, eos_ids, set_threads
+from pytest_redline.engines.base import Generation
+from pytest_redline.suites.base import Prompt
 
 ACCEPTANCE = ("lossless", "typical")
 DEFAULTS: dict[str, Any] = {

@@ -1,6 +1,6 @@
 """Train the embedded block-diffusion Llama on the arithmetic suite's train split.
 
-    python -m engines.train --out engines/models/bd-tiny --steps 1000 --causal-warmup 500 --seed 0
+    python -m pytest_redline.engines.train --out engines/models/bd-tiny --steps 1000 --causal-warmup 500 --seed 0
 
 Read top to bottom: the config, the data, the objective, the loop. Deterministic for a seed on a
 given machine (fixed thread count, seeded data stream, seeded noise).
@@ -39,9 +39,9 @@ import torch
 import torch.nn.functional as F
 from transformers import AutoModelForCausalLM
 
-from engines.modeling import ModelConfig, build_model, two_copy_mask
-from engines.tokenizer import SPECIALS, build_tokenizer
-from suites.arithmetic import stream
+from pytest_redline.engines.modeling import ModelConfig, build_model, two_copy_mask
+from pytest_redline.engines.tokenizer import SPECIALS, build_tokenizer
+from pytest_redline.suites.arithmetic import stream
 
 
 @dataclass

@@ -396,7 +396,9 @@ def _suite_identity(cal: Calibration) -> dict[str, Any] | None:
     return {
         "suite": cal.grid.suite,
         "suite_args": dict(cal.grid.suite_args),
-        "scorer": f"{kind.__module__}.{kind.__qualname__}",
+        # The class as named before engines/ and suites/ installed under pytest_redline, so
+        # stores written then stay warm; a suite's entry-point name and version are above.
+        "scorer": f"{kind.__module__.removeprefix('pytest_redline.')}.{kind.__qualname__}",
         "version": str(getattr(cal.suite, "version", "")),
     }
 

@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass
 from typing import Iterator
 
-from suites.base import Prompt, chat
+from pytest_redline.suites.base import Prompt, chat
 
 FAMILIES = ("add", "sub", "mul", "odd")
 FAMILY_WEIGHTS = (0.3, 0.3, 0.3, 0.1)

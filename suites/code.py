@@ -35,10 +35,10 @@ from __future__ import annotations
 import re
 from typing import Any, Sequence
 
-from suites.base import Prompt, chat
-from suites.records import Record, check_int, data_path, read_records, reject_unknown, select
-from suites.sandbox import Limits, Program, Result, interpreter_version, run_many
-from suites.union import Union, part_args
+from pytest_redline.suites.base import Prompt, chat
+from pytest_redline.suites.records import Record, check_int, data_path, read_records, reject_unknown, select
+from pytest_redline.suites.sandbox import Limits, Program, Result, interpreter_version, run_many
+from pytest_redline.suites.union import Union, part_args
 
 HUMANEVAL_INSTRUCTION = "Complete the following Python function. Reply with the whole function in a ```python code block."
 MBPP_INSTRUCTION = "Write the Python code for this task. Reply with the code in a ```python code block."

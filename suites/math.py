@@ -18,10 +18,10 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping, Sequence
 
-from suites.answers import gsm8k_correct, gsm8k_gold, math_correct, math_verify_version
-from suites.base import Prompt, chat
-from suites.records import check_int, data_path, read_records, reject_unknown, select
-from suites.union import Union, part_args
+from pytest_redline.suites.answers import gsm8k_correct, gsm8k_gold, math_correct, math_verify_version
+from pytest_redline.suites.base import Prompt, chat
+from pytest_redline.suites.records import check_int, data_path, read_records, reject_unknown, select
+from pytest_redline.suites.union import Union, part_args
 
 GSM8K_INSTRUCTION = 'Solve the problem step by step. End with the final answer, a number, after "####".'
 MATH_INSTRUCTION = "Solve the problem step by step. Put the final answer in \\boxed{}."

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from suites.base import Prompt, Suite
-from suites.records import select
+from pytest_redline.suites.base import Prompt, Suite
+from pytest_redline.suites.records import select
 
 
 class Union:

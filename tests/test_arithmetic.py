@@ -5,7 +5,7 @@ import re
 import pytest
 from hypothesis import given, strategies as st
 
-from suites.arithmetic import (
+from pytest_redline.suites.arithmetic import (
     ArithmeticSuite,
     addition,
     distinct_problems,
@@ -17,7 +17,7 @@ from suites.arithmetic import (
     stream,
     subtraction,
 )
-from suites.base import Prompt
+from pytest_redline.suites.base import Prompt
 
 
 def _check_steps(problem):

@@ -9,11 +9,11 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-from engines import modeling
-from engines.base import Engine
-from engines.block_diffusion import DEFAULTS, BlockDiffusionEngine
-from engines.modeling import block_causal_mask
-from suites.arithmetic import ArithmeticSuite
+from pytest_redline.engines import modeling
+from pytest_redline.engines.base import Engine
+from pytest_redline.engines.block_diffusion import DEFAULTS, BlockDiffusionEngine
+from pytest_redline.engines.modeling import block_causal_mask
+from pytest_redline.suites.arithmetic import ArithmeticSuite
 
 PROMPTS = ArithmeticSuite(n=6, seed=11).prompts()
 SHORT = {"max_new_tokens": 20}

@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from engines.base import Engine
-from engines.block_diffusion import BlockDiffusionEngine, DecodeConfig
-from engines.blockbatch import BatchConfig, BlockBatchEngine, Branch, Request
-from engines import modeling
-from engines.modeling import block_mask
+from pytest_redline.engines.base import Engine
+from pytest_redline.engines.block_diffusion import BlockDiffusionEngine, DecodeConfig
+from pytest_redline.engines.blockbatch import BatchConfig, BlockBatchEngine, Branch, Request
+from pytest_redline.engines import modeling
+from pytest_redline.engines.modeling import block_mask
 from pytest_redline import registry
 from pytest_redline.grid import load_grid
-from suites.arithmetic import ArithmeticSuite
+from pytest_redline.suites.arithmetic import ArithmeticSuite
 
 pytest_plugins = ["pytester"]
 

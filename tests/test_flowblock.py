@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from engines.base import Engine
-from engines.block_diffusion import BlockDiffusionEngine, DecodeConfig
-from engines.flowblock import DEFAULTS, FlowBlockEngine, FlowConfig
+from pytest_redline.engines.base import Engine
+from pytest_redline.engines.block_diffusion import BlockDiffusionEngine, DecodeConfig
+from pytest_redline.engines.flowblock import DEFAULTS, FlowBlockEngine, FlowConfig
 from pytest_redline import registry
 from pytest_redline.grid import load_grid
-from suites.arithmetic import ArithmeticSuite
+from pytest_redline.suites.arithmetic import ArithmeticSuite
 
 PROMPTS = ArithmeticSuite(n=6, seed=11).prompts()
 SHORT = {"max_new_tokens": 20}

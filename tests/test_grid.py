@@ -166,9 +166,9 @@ def test_error_for_missing_input_path(tmp_path: Path) -> None:
 def test_valid_mixed_grid_configs_for_their_engines() -> None:
     """grids/mixed.yaml: the multi-block defaults as the reference, candidates of all three
     block-diffusion engines, each config valid for its own engine (parsing only: no model loads)."""
-    from engines.block_diffusion import DecodeConfig
-    from engines.blockbatch import BatchConfig
-    from engines.flowblock import FlowConfig
+    from pytest_redline.engines.block_diffusion import DecodeConfig
+    from pytest_redline.engines.blockbatch import BatchConfig
+    from pytest_redline.engines.flowblock import FlowConfig
 
     checks = {"block_diffusion": DecodeConfig, "flowblock": FlowConfig, "blockbatch": BatchConfig}
     grid = load_grid(Path(__file__).resolve().parent.parent / "grids" / "mixed.yaml")

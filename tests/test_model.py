@@ -4,10 +4,10 @@ import hashlib
 import pytest
 import torch
 
-from engines import modeling
-from engines.modeling import ModelConfig, block_causal_mask, build_model, two_copy_mask
-from engines.tokenizer import build_tokenizer
-from engines.train import TrainConfig, train
+from pytest_redline.engines import modeling
+from pytest_redline.engines.modeling import ModelConfig, block_causal_mask, build_model, two_copy_mask
+from pytest_redline.engines.tokenizer import build_tokenizer
+from pytest_redline.engines.train import TrainConfig, train
 
 TINY = ModelConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64)
 

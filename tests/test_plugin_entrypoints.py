@@ -36,8 +36,8 @@ py-modules = ["redline_echo"]
 
 MODULE = '''\
 """An engine that echoes the number in the prompt, and a suite that checks it."""
-from engines.base import Generation
-from suites.base import Prompt
+from pytest_redline.engines.base import Generation
+from pytest_redline.suites.base import Prompt
 
 
 class Countdown:

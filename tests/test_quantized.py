@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engines import memory
-from engines.autoregressive import AR_TARGET
-from engines.quantized import MODES, QuantizedEngine, check_config
-from suites.arithmetic import ArithmeticSuite
+from pytest_redline.engines import memory
+from pytest_redline.engines.autoregressive import AR_TARGET
+from pytest_redline.engines.quantized import MODES, QuantizedEngine, check_config
+from pytest_redline.suites.arithmetic import ArithmeticSuite
 
 pytest_plugins = ["pytester"]
 

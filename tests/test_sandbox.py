@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from suites.sandbox import SLOT_UID_BASE, Limits, Program, run, run_many
+from pytest_redline.suites.sandbox import SLOT_UID_BASE, Limits, Program, run, run_many
 
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="per-slot uids need root (tests and CI run as root)")
 

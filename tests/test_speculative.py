@@ -13,9 +13,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engines.autoregressive import AR_DRAFT, AR_TARGET, RowCache
-from engines.speculative import DEFAULTS, SpecConfig, SpeculativeEngine, accepted_lengths
-from suites.arithmetic import ArithmeticSuite
+from pytest_redline.engines.autoregressive import AR_DRAFT, AR_TARGET, RowCache
+from pytest_redline.engines.speculative import DEFAULTS, SpecConfig, SpeculativeEngine, accepted_lengths
+from pytest_redline.suites.arithmetic import ArithmeticSuite
 
 pytest_plugins = ["pytester"]
 

@@ -194,3 +194,21 @@ def test_refuses_damaged_schema(tmp_path: Path) -> None:
         con.execute("DROP TABLE leases")
     with pytest.raises(StoreError, match="damaged: tables leases are missing"):
         OutcomeStore(tmp_path / FILENAME)
+
+
+def test_suite_identity_is_unchanged_by_the_package_rename():
+    """engines/ and suites/ install as pytest_redline.engines / pytest_redline.suites; the
+    outcome key still names the scorer as before, so a store written before the rename stays warm."""
+    from types import SimpleNamespace
+
+    from pytest_redline.decode import _suite_identity
+    from pytest_redline.suites.arithmetic import ArithmeticSuite
+
+    suite = ArithmeticSuite()
+    cal = SimpleNamespace(suite=suite, grid=SimpleNamespace(suite="arithmetic", suite_args={}))
+    assert _suite_identity(cal) == {
+        "suite": "arithmetic",
+        "suite_args": {},
+        "scorer": "suites.arithmetic.ArithmeticSuite",
+        "version": str(getattr(suite, "version", "")),
+    }

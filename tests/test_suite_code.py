@@ -9,9 +9,9 @@ from importlib.metadata import entry_points
 
 import pytest
 
-from suites.base import Suite
-from suites.code import MBPP, CodeSuite, HumanEval, code_blocks, humaneval_program, mbpp_program
-from suites.records import DATA
+from pytest_redline.suites.base import Suite
+from pytest_redline.suites.code import MBPP, CodeSuite, HumanEval, code_blocks, humaneval_program, mbpp_program
+from pytest_redline.suites.records import DATA
 
 HUMANEVAL = HumanEval()
 MBPP_ALL = MBPP(split="all")

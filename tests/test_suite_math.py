@@ -11,10 +11,10 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from suites.answers import gsm8k_answer, last_boxed, math_equivalent, math_verify_available, normalise_math
-from suites.base import Suite
-from suites.math import GSM8K, MATH500, MathSuite
-from suites.records import DATA
+from pytest_redline.suites.answers import gsm8k_answer, last_boxed, math_equivalent, math_verify_available, normalise_math
+from pytest_redline.suites.base import Suite
+from pytest_redline.suites.math import GSM8K, MATH500, MathSuite
+from pytest_redline.suites.records import DATA
 
 GSM8K_SUITE = GSM8K()
 MATH_SUITE = MATH500()

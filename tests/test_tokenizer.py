@@ -2,8 +2,8 @@
 from hypothesis import given, strategies as st
 from transformers import AutoTokenizer
 
-from engines.tokenizer import CHARACTERS, SPECIALS, build_tokenizer
-from suites.arithmetic import ArithmeticSuite
+from pytest_redline.engines.tokenizer import CHARACTERS, SPECIALS, build_tokenizer
+from pytest_redline.suites.arithmetic import ArithmeticSuite
 
 TOKENIZER = build_tokenizer()
 

@@ -35,12 +35,12 @@ import numpy  # noqa: F401
 import scipy.stats  # noqa: F401
 import yaml  # noqa: F401
 
-import engines.replay  # noqa: F401
+import pytest_redline.engines.replay  # noqa: F401
 import pytest_redline.report  # noqa: F401
 import pytest_redline.risk  # noqa: F401
 import pytest_redline.session  # noqa: F401
-from engines.base import Generation
-from suites.base import Prompt, chat
+from pytest_redline.engines.base import Generation
+from pytest_redline.suites.base import Prompt, chat
 
 
 class FakeSuite:
