@@ -187,11 +187,11 @@ def add_sample_size(subparsers: Any) -> None:
 
 
 def run_sample_size(args: argparse.Namespace) -> int:
-    from pytest_redline import risk
+    from pytest_redline import planning, risk
 
     if not 0.0 <= args.risk < args.alpha:
         raise UsageError(f"argument --risk: expected a number in [0, alpha = {args.alpha:g}), got {args.risk:g}", "redline sample-size")
-    n = risk.prompts_needed(args.alpha, args.risk, args.configs, args.delta, args.power)
+    n = planning.prompts_needed(args.alpha, args.risk, args.configs, args.delta, args.power)
     level = args.delta / args.configs
     report = {
         "alpha": args.alpha,

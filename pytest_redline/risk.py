@@ -11,6 +11,8 @@ correctly; one row is the reference (the lossless config). For each config lambd
   risk at most alpha;
 - the deployed config has the best cost among the valid configs and the reference.
 
+How many prompts a grid needs (power, sample size) is :mod:`pytest_redline.planning`.
+
 numpy and ``scipy.special`` only: this module never imports torch or pytest, nor
 ``scipy.stats`` (whose import breaks when torch is blocked with ``sys.modules["torch"] = None``).
 """
@@ -23,6 +25,9 @@ from typing import Any, Sequence
 
 import numpy as np
 from scipy import special
+
+from pytest_redline import text
+from pytest_redline.checks import CORRECTIONS, FAMILIES, choice, open_unit, positive_int
 
 __all__ = [
     "ConfidenceInterval",
@@ -40,9 +45,7 @@ __all__ = [
     "critical_count",
     "holm",
     "holm_adjusted",
-    "power",
-    "prompts_needed",
-    "prompts_needed_approx",
+    "select_deployed",
     "sweep",
     "violations",
 ]
@@ -54,34 +57,10 @@ DEFAULT_ALPHAS = tuple(round(0.01 * i, 2) for i in range(1, 31))
 # epsilon down to here) for an explicit log-space sum of the lower tail.
 _TINY = 1e-300
 
-CORRECTIONS = ("holm", "bonferroni")
-FAMILIES = ("all", "candidates")
 GAINS = ("percent", "factor")
 
 
 # --------------------------------------------------------------------------- validation
-
-
-def _open_unit(name: str, value: Any) -> float:
-    """A float strictly inside (0, 1), or a ValueError naming the argument."""
-    try:
-        x = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} ({value!r}) must be a number in the open interval (0, 1).") from None
-    if not 0.0 < x < 1.0:
-        raise ValueError(f"{name} ({value!r}) must be in the open interval (0, 1).")
-    return x
-
-
-def _positive_int(name: str, value: Any) -> int:
-    """An int >= 1; ``2.0`` is rejected rather than truncated (as scipy's _validate_int)."""
-    try:
-        x = operator.index(value)
-    except TypeError:
-        raise ValueError(f"{name} ({value!r}) must be an integer >= 1.") from None
-    if x < 1:
-        raise ValueError(f"{name} ({value!r}) must be an integer >= 1.")
-    return x
 
 
 def _counts(name: str, value: Any, n: int) -> np.ndarray:
@@ -112,13 +91,6 @@ def _tested_mask(tested: Any, m: int) -> np.ndarray:
     if mask.dtype != bool or mask.shape != (m,):
         raise ValueError(f"tested must be a boolean mask of shape ({m},), got {mask.dtype} of shape {mask.shape}.")
     return mask
-
-
-def _choice(name: str, value: Any, allowed: Sequence[str]) -> str:
-    if value not in allowed:
-        options = ", ".join(repr(a) for a in allowed)
-        raise ValueError(f"{name} ({value!r}) not recognized; must be one of {options}.")
-    return value
 
 
 # --------------------------------------------------------------------------- counts and p-values
@@ -217,8 +189,8 @@ def binom_pvalue(v: Any, n: int, alpha: float) -> float | np.ndarray:
     >>> round(binom_pvalue(0, 10, 0.1), 6)
     0.348678
     """
-    n = _positive_int("n", n)
-    alpha = _open_unit("alpha", alpha)
+    n = positive_int("n", n)
+    alpha = open_unit("alpha", alpha)
     v = _counts("v", v, n)
     p = _pvalue(v, n, alpha)
     return float(p) if p.ndim == 0 else p
@@ -232,8 +204,8 @@ def binom_logpvalue(v: Any, n: int, alpha: float) -> float | np.ndarray:
     the absolute error of log Gamma(n + 1), about 1e-16 * log(n!). For example
     ``binom_logpvalue(0, 100_000, 0.3) == 100_000 * log(0.7) = -35667.49...``.
     """
-    n = _positive_int("n", n)
-    alpha = _open_unit("alpha", alpha)
+    n = positive_int("n", n)
+    alpha = open_unit("alpha", alpha)
     v = _counts("v", v, n)
     out = _logcdf(v, n, np.asarray(alpha))
     return float(out) if out.ndim == 0 else out
@@ -270,14 +242,14 @@ def holm(p_values: Any, delta: float, tested: Any = None) -> np.ndarray:
     >>> holm([0.01, 0.04, 0.03], 0.1).tolist()
     [True, True, True]
     """
-    delta = _open_unit("delta", delta)
+    delta = open_unit("delta", delta)
     p = _p_values("p_values", p_values)
     return _holm_rows(p, delta, _tested_mask(tested, p.size))
 
 
 def bonferroni(p_values: Any, delta: float, tested: Any = None) -> np.ndarray:
     """Bonferroni at family-wise level delta: reject ``p <= delta / K`` (K = family size)."""
-    delta = _open_unit("delta", delta)
+    delta = open_unit("delta", delta)
     p = _p_values("p_values", p_values)
     mask = _tested_mask(tested, p.size)
     return _bonferroni_rows(p, delta, mask)
@@ -318,7 +290,7 @@ def _bonferroni_adjusted_rows(p: np.ndarray, tested: np.ndarray) -> np.ndarray:
     return np.where(tested, np.minimum(1.0, p * max(int(tested.sum()), 1)), np.nan)
 
 
-# --------------------------------------------------------------------------- bounds and power
+# --------------------------------------------------------------------------- bounds
 
 
 @dataclass(frozen=True)
@@ -350,8 +322,8 @@ def clopper_pearson_upper(v: Any, n: int, level: float) -> float | np.ndarray:
     >>> round(clopper_pearson_upper(0, 100, 0.9), 4)
     0.0228
     """
-    n = _positive_int("n", n)
-    level = _open_unit("level", level)
+    n = positive_int("n", n)
+    level = open_unit("level", level)
     v = _counts("v", v, n)
     out = _cp_upper(v, n, level)
     return float(out) if out.ndim == 0 else out
@@ -359,8 +331,8 @@ def clopper_pearson_upper(v: Any, n: int, level: float) -> float | np.ndarray:
 
 def clopper_pearson_interval(v: Any, n: int, confidence: float = 0.95) -> ConfidenceInterval:
     """Two-sided exact (Clopper-Pearson) interval, as scipy's ``proportion_ci(method="exact")``."""
-    n = _positive_int("n", n)
-    confidence = _open_unit("confidence", confidence)
+    n = positive_int("n", n)
+    confidence = open_unit("confidence", confidence)
     v = _counts("v", v, n)
     side = 1.0 - (1.0 - confidence) / 2.0
     low, high = _cp_lower(v, n, side), _cp_upper(v, n, side)
@@ -393,96 +365,10 @@ def critical_count(n: int, alpha: float, level: float) -> int:
     >>> critical_count(1012, 0.05, 0.10 / 7)
     35
     """
-    n = _positive_int("n", n)
-    alpha = _open_unit("alpha", alpha)
-    level = _open_unit("level", level)
+    n = positive_int("n", n)
+    alpha = open_unit("alpha", alpha)
+    level = open_unit("level", level)
     return int(_critical(np.asarray(n), alpha, level))
-
-
-def _power(n: np.ndarray, alpha: float, true_risk: float, level: float) -> np.ndarray:
-    k = _critical(n, alpha, level)
-    return np.where(k < 0, 0.0, _pvalue(np.maximum(k, 0), n, true_risk))
-
-
-def power(n: Any, alpha: float, true_risk: float, level: float) -> float | np.ndarray:
-    """P(a config with risk ``true_risk`` passes the test at ``level``) with n prompts.
-
-    ``= P[Bin(n, true_risk) <= critical_count(n, alpha, level)]``. Saw-toothed in n,
-    because the critical count is an integer. Vectorized over n.
-    """
-    n_arr = np.asarray(n)
-    if n_arr.ndim == 0:
-        n_arr = np.asarray(_positive_int("n", n))
-    elif not np.issubdtype(n_arr.dtype, np.integer) or n_arr.size == 0 or n_arr.min() < 1:
-        raise ValueError(f"n ({n!r}) must be integers >= 1.")
-    alpha = _open_unit("alpha", alpha)
-    level = _open_unit("level", level)
-    true_risk = _risk_below("true_risk", true_risk, 1.0)
-    out = _power(n_arr.astype(np.int64), alpha, true_risk, level)
-    return float(out) if out.ndim == 0 else out
-
-
-def _risk_below(name: str, value: Any, bound: float) -> float:
-    try:
-        x = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} ({value!r}) must be a number in [0, {bound}).") from None
-    if not 0.0 <= x < bound:
-        raise ValueError(f"{name} ({value!r}) must be in [0, {bound}).")
-    return x
-
-
-def _normal_n(alpha: float, true_risk: float, level: float, power: float) -> float:
-    z = special.ndtri(1.0 - level) * math.sqrt(alpha * (1 - alpha)) + special.ndtri(power) * math.sqrt(
-        true_risk * (1 - true_risk)
-    )
-    return (z / (alpha - true_risk)) ** 2
-
-
-def prompts_needed_approx(alpha: float, true_risk: float, m: int, delta: float = 0.10, power: float = 0.8) -> float:
-    """The normal approximation of :func:`prompts_needed`, in constant time.
-
-    The exact scan takes time in proportion to its answer (seconds at tens of thousands of
-    prompts); this says beforehand whether the answer is that large.
-
-    >>> round(prompts_needed_approx(0.05, 0.03, 8))
-    999
-    """
-    alpha = _open_unit("alpha", alpha)
-    true_risk = _risk_below("true_risk", true_risk, alpha)
-    m = _positive_int("m", m)
-    return _normal_n(alpha, true_risk, _open_unit("delta", delta) / m, _open_unit("power", power))
-
-
-def prompts_needed(alpha: float, true_risk: float, m: int, delta: float = 0.10, power: float = 0.8) -> int:
-    """The calibration size n above which a config of risk ``true_risk`` passes with ``power``.
-
-    The test is Holm's first step, at level ``delta / m`` (m configs in the family), the
-    hardest step. Power is saw-toothed in n (it drops each time the critical count stays
-    put while n grows), so this returns the smallest n such that the power is at least
-    ``power`` for that n and every larger one. The scan runs to twice the last failing n
-    (and at least twice the normal approximation), past which the teeth have died out.
-
-    Published figures: alpha = 0.05, true risk 0.03, delta = 0.10, power 0.8 need
-    1008 prompts for m = 8, 1189 for m = 16 and 1444 for m = 50.
-
-    >>> prompts_needed(0.05, 0.03, 8)
-    1008
-    """
-    alpha = _open_unit("alpha", alpha)
-    true_risk = _risk_below("true_risk", true_risk, alpha)
-    m = _positive_int("m", m)
-    delta = _open_unit("delta", delta)
-    target = _open_unit("power", power)
-    level = delta / m
-    hi = max(64, int(2 * _normal_n(alpha, true_risk, level, target)) + 64)
-    while True:
-        n = np.arange(1, hi + 1, dtype=np.int64)
-        failing = np.flatnonzero(_power(n, alpha, true_risk, level) < target)
-        last_fail = int(n[failing[-1]]) if failing.size else 0
-        if 2 * last_fail < hi:
-            return last_fail + 1
-        hi *= 2
 
 
 # --------------------------------------------------------------------------- certification
@@ -491,10 +377,6 @@ def prompts_needed(alpha: float, true_risk: float, m: int, delta: float = 0.10, 
 def _json_float(x: Any) -> float | None:
     x = float(x)
     return None if math.isnan(x) else x
-
-
-def _fmt(x: float, spec: str) -> str:
-    return "-" if math.isnan(x) else format(x, spec)
 
 
 @dataclass(frozen=True, eq=False)
@@ -578,9 +460,7 @@ class RedlineResult:
         return report
 
     def _gain_text(self, i: int) -> str:
-        if self.gain_kind == "factor":
-            return f"{self.gain[i]:.2f}x"
-        return f"{self.gain[i]:+.1f}%"
+        return text.gain(self.gain[i], self.gain_kind)
 
     def __str__(self) -> str:
         header = ("", "config", "accuracy", "V", "risk", "risk_up", "p_value", "p_adj", "valid", "cost", "gain", "net_pts")
@@ -594,22 +474,18 @@ class RedlineResult:
                 str(int(self.violations[i])),
                 f"{self.risk[i]:.4f}",
                 f"{self.risk_upper[i]:.4f}",
-                _fmt(self.p_values[i], ".3g"),
-                _fmt(self.p_adjusted[i], ".3g"),
+                text.number(self.p_values[i]),
+                text.number(self.p_adjusted[i]),
                 "yes" if self.valid[i] else "no",
                 f"{self.cost[i]:.4g}",
                 self._gain_text(i),
                 f"{self.net_accuracy[i]:+.1f}",
             ))
-        widths = [max(len(r[c]) for r in rows) for c in range(len(header))]
-        left = {1}
         lines = [
             f"Redline: alpha={self.alpha:g} delta={self.delta:g} {self.correction} (family: {self.family}), "
             f"n={self.n} prompts, m={self.m} configs, cost {'lower' if self.lower_is_better else 'higher'} is better"
         ]
-        for r in rows:
-            cells = [r[c].ljust(widths[c]) if c in left else r[c].rjust(widths[c]) for c in range(len(header))]
-            lines.append("  ".join(cells).rstrip())
+        lines += text.table(rows, left=(1,))
         d = self.deployed_index
         if d == self.reference_index:
             verdict = f"deployed: {self.deployed} (the reference)"
@@ -673,10 +549,10 @@ def _counts_problem(v, accuracy, n, cost, reference, delta, names, lower_is_bett
     cost = np.asarray(cost, dtype=float)
     if cost.shape != (m,) or not np.all(np.isfinite(cost)) or not np.all(cost > 0):
         raise ValueError(f"cost ({cost!r}) must hold {m} positive finite numbers, one per config.")
-    delta = _open_unit("delta", delta)
-    correction = _choice("correction", correction, CORRECTIONS)
-    family = _choice("family", family, FAMILIES)
-    gain = _choice("gain", gain if gain is not None else ("factor" if lower_is_better else "percent"), GAINS)
+    delta = open_unit("delta", delta)
+    correction = choice("correction", correction, CORRECTIONS)
+    family = choice("family", family, FAMILIES)
+    gain = choice("gain", gain if gain is not None else ("factor" if lower_is_better else "percent"), GAINS)
     deployable = np.ones(m, dtype=bool) if eligible is None else np.asarray(eligible)
     if deployable.dtype != bool or deployable.shape != (m,):
         raise ValueError(f"eligible ({eligible!r}) must be a boolean mask with one entry per config ({m}).")
@@ -728,11 +604,10 @@ def _results(prob: _Problem, alphas: np.ndarray) -> list[RedlineResult]:
         gain_kind=prob.gain_kind,
         lower_is_better=prob.lower_is_better,
     )
+    chosen = select_deployed(valid & prob.deployable, score, ref)
     results = []
     for a, alpha in enumerate(alphas):
-        candidates = (valid[a] & prob.deployable) | (np.arange(m) == ref)
-        best = np.max(score[candidates])
-        deployed = int(np.flatnonzero(candidates & (score == best))[0])  # first listed wins ties
+        deployed = int(chosen[a])
         results.append(RedlineResult(
             p_values=_frozen(p[a]),
             p_adjusted=_frozen(adjusted[a]),
@@ -743,6 +618,21 @@ def _results(prob: _Problem, alphas: np.ndarray) -> list[RedlineResult]:
             **shared,
         ))
     return results
+
+
+def select_deployed(valid: Any, score: Any, reference: int) -> np.ndarray:
+    """The deployment rule: per row of ``valid`` (shape (..., m)), the index of the config to
+    serve, the best ``score`` (higher is better) among the valid configs and the reference.
+
+    The first listed wins a tie. ``score`` has shape (m,) or broadcasts against ``valid``
+    (e.g. a per-split cost). Vectorized over every leading axis (budgets, splits).
+
+    >>> select_deployed([[False, True, True], [False, False, False]], [1.0, 2.0, 2.0], 0).tolist()
+    [1, 0]
+    """
+    candidates = np.array(valid, dtype=bool)
+    candidates[..., reference] = True
+    return np.argmax(np.where(candidates, score, -np.inf), axis=-1)
 
 
 def certify(
@@ -802,7 +692,7 @@ def certify(
     -------
     RedlineResult
     """
-    alpha = _open_unit("alpha", alpha)
+    alpha = open_unit("alpha", alpha)
     prob = _problem(correct, cost, reference, delta, names, lower_is_better, gain, correction, family, eligible)
     return _results(prob, np.array([alpha]))[0]
 
@@ -834,8 +724,8 @@ def certify_counts(
     >>> certify_counts([0, 3, 40], 300, [1.0, 1.5, 2.0], 0, 0.05).valid.tolist()
     [True, True, False]
     """
-    alpha = _open_unit("alpha", alpha)
-    n = _positive_int("n", n)
+    alpha = open_unit("alpha", alpha)
+    n = positive_int("n", n)
     v = _counts("violations", violations, n)
     if v.ndim != 1 or v.size < 1:
         raise ValueError(f"violations ({violations!r}) must be a non-empty 1-d sequence of counts.")
@@ -853,7 +743,7 @@ def _alpha_grid(alphas: Any) -> np.ndarray:
     if grid.ndim != 1 or grid.size == 0:
         raise ValueError(f"alphas ({alphas!r}) must be a non-empty 1-d sequence.")
     for a in grid:
-        _open_unit("alphas", a)
+        open_unit("alphas", a)
     return grid
 
 

@@ -179,7 +179,7 @@ class GridVerdict:
     def prompts_needed(self, name: str) -> int | None:
         """Prompts that would certify ``name`` with 80 % power if its observed risk held; None if
         no n would, or if more than :data:`PROMPTS_LIMIT` would (:meth:`needs_over_limit`)."""
-        from pytest_redline.risk import prompts_needed
+        from pytest_redline.planning import prompts_needed
 
         if self._risk_of(name) >= self.cal.alpha or self.needs_over_limit(name):
             return None
@@ -187,7 +187,7 @@ class GridVerdict:
 
     def needs_over_limit(self, name: str) -> bool:
         """Whether certifying ``name`` would take over PROMPTS_LIMIT prompts (normal approximation)."""
-        from pytest_redline.risk import prompts_needed_approx
+        from pytest_redline.planning import prompts_needed_approx
 
         risk = self._risk_of(name)
         if risk >= self.cal.alpha:

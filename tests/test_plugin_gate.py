@@ -121,7 +121,7 @@ def test_needed_prompts_reported_for_uncertified_config(project: Project) -> Non
     assert result.ret == 1
     near = project.report()["configs"][1]
     assert near["valid"] is False and near["violations"] == 4
-    from pytest_redline.risk import prompts_needed
+    from pytest_redline.planning import prompts_needed
 
     expected = prompts_needed(0.1, 4 / 60, 2, 0.1, power=0.8)
     assert near["prompts_needed"] == expected

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from pytest_redline import risk
+from pytest_redline import planning, risk
 
 
 def exact_log_cdf(v, n, alpha):
@@ -170,23 +170,23 @@ def test_none_passes_critical_count():
 def test_equivalent_power_binomial_cdf():
     n, alpha, r, level = 1008, 0.05, 0.03, 0.1 / 8
     k = risk.critical_count(n, alpha, level)
-    assert risk.power(n, alpha, r, level) == pytest.approx(stats.binom.cdf(k, n, r))
-    assert risk.power(np.array([n, n]), alpha, r, level).tolist() == pytest.approx([stats.binom.cdf(k, n, r)] * 2)
+    assert planning.power(n, alpha, r, level) == pytest.approx(stats.binom.cdf(k, n, r))
+    assert planning.power(np.array([n, n]), alpha, r, level).tolist() == pytest.approx([stats.binom.cdf(k, n, r)] * 2)
 
 
 def test_stays_above_target_prompts_needed():
     """Power is at least the target from the returned n on (checked over a long stretch)
     and below it just before."""
     alpha, r, m, delta, target = 0.05, 0.03, 8, 0.10, 0.8
-    n = risk.prompts_needed(alpha, r, m, delta, target)
+    n = planning.prompts_needed(alpha, r, m, delta, target)
     level = delta / m
-    assert risk.power(n - 1, alpha, r, level) < target
-    assert np.all(risk.power(np.arange(n, 4 * n), alpha, r, level) >= target)
+    assert planning.power(n - 1, alpha, r, level) < target
+    assert np.all(planning.power(np.arange(n, 4 * n), alpha, r, level) >= target)
 
 
 def test_rejects_unreachable_risk_prompts_needed():
     with pytest.raises(ValueError, match=r"true_risk \(0.05\) must be in \[0, 0.05\)"):
-        risk.prompts_needed(0.05, 0.05, 8)
+        planning.prompts_needed(0.05, 0.05, 8)
 
 
 # --------------------------------------------------------------------------- certify
@@ -349,10 +349,10 @@ def test_no_torch_or_pytest_import_risk():
     code = (
         "import sys; sys.modules['torch'] = None; sys.modules['pytest'] = None\n"
         "import numpy as np\n"
-        "from pytest_redline import risk, outcomes, cli\n"
+        "from pytest_redline import risk, planning, outcomes, cli\n"
         "r = risk.certify(np.eye(3, dtype=bool), [1.0, 2.0, 3.0], 0, 0.5, 0.5)\n"
         "risk.alpha_min(np.eye(3, dtype=bool), [1.0, 2.0, 3.0], 0)\n"
-        "risk.prompts_needed(0.05, 0.03, 8); risk.clopper_pearson_interval(3, 10); str(r)\n"
+        "planning.prompts_needed(0.05, 0.03, 8); risk.clopper_pearson_interval(3, 10); str(r)\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
 

@@ -6,7 +6,7 @@ The data and its source note are in tests/data/redline/.
 
 import pytest
 
-from pytest_redline import risk
+from pytest_redline import planning, risk
 from published import published_table
 
 def load(grid_name):
@@ -67,7 +67,7 @@ def test_published_deployment_quantization(alpha):
 
 
 def test_published_sample_sizes():
-    assert [risk.prompts_needed(0.05, 0.03, m, 0.10, 0.8) for m in (8, 16, 50)] == [1008, 1189, 1444]
+    assert [planning.prompts_needed(0.05, 0.03, m, 0.10, 0.8) for m in (8, 16, 50)] == [1008, 1189, 1444]
 
 
 def test_published_grid_sizes():
