@@ -17,6 +17,11 @@ CORRECTIONS = ("holm", "bonferroni")
 FAMILIES = ("all", "candidates")
 
 
+def in_open_unit(x: float) -> bool:
+    """Whether ``0 < x < 1`` (False for NaN): the one test behind every (0, 1) argument."""
+    return 0.0 < x < 1.0
+
+
 def open_unit(name: str, value: Any) -> float:
     """A float strictly inside (0, 1), or a ValueError naming the argument.
 
@@ -27,7 +32,7 @@ def open_unit(name: str, value: Any) -> float:
         x = float(value)
     except (TypeError, ValueError):
         raise ValueError(f"{name} ({value!r}) must be a number in the open interval (0, 1).") from None
-    if not 0.0 < x < 1.0:  # NaN fails too
+    if not in_open_unit(x):
         raise ValueError(f"{name} ({value!r}) must be in the open interval (0, 1).")
     return x
 

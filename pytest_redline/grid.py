@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from pytest_redline.checks import in_open_unit
+
 KEYS = (
     "name", "suite", "suite_args", "engine", "engine_args", "cost", "direction",
     "reference", "configs", "deploy", "delta", "batch_size", "timeout",
@@ -200,7 +202,7 @@ class _Reader:
         value = self.data.get("delta")
         if value is None:
             return None
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 < value < 1.0:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not in_open_unit(value):
             raise self.fail("delta", f"expected a number in (0, 1), got {_show(value)}")
         return float(value)
 

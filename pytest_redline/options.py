@@ -6,30 +6,15 @@ over the ini file, which wins over the grid file (for ``delta``).
 from __future__ import annotations
 
 import argparse
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-CORRECTIONS = ("holm", "bonferroni")
+from pytest_redline.checks import CORRECTIONS, probability_arg
+
 DEFAULT_GRID = "redline.yaml"
 DEFAULT_CACHE_DIR = ".redline"
-
-
-def open_unit(option: str):
-    """An argparse ``type`` accepting a number in the open interval (0, 1)."""
-
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            value = math.nan
-        if not 0.0 < value < 1.0:
-            raise argparse.ArgumentTypeError(f"{option}: expected a number in (0, 1), got {text!r}")
-        return value
-
-    return parse
 
 
 def seed_arg(text: str) -> int:
@@ -45,9 +30,9 @@ def seed_arg(text: str) -> int:
 
 def add_options(parser: pytest.Parser) -> None:
     group = parser.getgroup("redline", "Redline gate (certify lossy serving configs)")
-    group.addoption("--redline-alpha", type=open_unit("--redline-alpha"), default=None, metavar="ALPHA",
+    group.addoption("--redline-alpha", type=probability_arg("--redline-alpha"), default=None, metavar="ALPHA",
                     help="activate the gate: certify configs whose risk against the reference is below ALPHA")
-    group.addoption("--redline-delta", type=open_unit("--redline-delta"), default=None, metavar="DELTA",
+    group.addoption("--redline-delta", type=probability_arg("--redline-delta"), default=None, metavar="DELTA",
                     help="family-wise error level (default: the grid's delta, else 0.10)")
     group.addoption("--redline-grid", action="append", default=[], metavar="PATH",
                     help=f"a grid file to gate (repeatable; default: {DEFAULT_GRID} at the rootdir)")
@@ -122,7 +107,7 @@ def _ini_delta(config: pytest.Config) -> float | None:
     if not text:
         return None
     try:
-        return open_unit("redline_delta")(text)
+        return probability_arg("redline_delta")(text)
     except argparse.ArgumentTypeError as e:
         raise pytest.UsageError(f"{config.inipath}: ini {e}") from None
 

@@ -2,13 +2,13 @@
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
+from pytest_redline import text
 from pytest_redline.ledger import REASONS
 from pytest_redline.verdict import PROMPTS_LIMIT, GridVerdict
 
@@ -43,14 +43,10 @@ def table_lines(v: GridVerdict) -> list[str]:
         run = int(sched.ran[i].sum()) if sched else v.cal.n
         rows.append((
             mark, name, str(run), f"{r.accuracy[i]:.4f}", f"{bound}{int(r.violations[i])}", f"{r.risk[i]:.4f}",
-            f"{r.risk_upper[i]:.4f}", _num(r.p_values[i]), _num(r.p_adjusted[i]), "valid" if r.valid[i] else "NOT valid",
+            f"{r.risk_upper[i]:.4f}", text.number(r.p_values[i]), text.number(r.p_adjusted[i]), "valid" if r.valid[i] else "NOT valid",
             f"{r.cost[i]:.4g}", _gain(r, i), f"{r.net_accuracy[i]:+.1f}", _note(v, i),
         ))
-    widths = [max(len(row[c]) for row in rows) for c in range(len(rows[0]))]
-    lines = []
-    for row in rows:
-        cells = [cell.ljust(w) if c in (1, 13) else cell.rjust(w) for c, (cell, w) in enumerate(zip(row, widths))]
-        lines.append("  ".join(cells).rstrip())
+    lines = text.table(rows, left=(1, 13))
     lines.append("R reference, * deployed; run: prompts decoded; risk_up: Clopper-Pearson upper bound at 1 - delta; "
                  "d_acc: accuracy points vs the reference")
     if sched:
@@ -310,12 +306,8 @@ def _atomic_write(path: Path, text: str) -> None:
         raise
 
 
-def _num(x: float) -> str:
-    return "-" if math.isnan(x) else f"{x:.3g}"
-
-
 def _gain(r: Any, i: int) -> str:
-    return f"{r.gain[i]:.2f}x" if r.gain_kind == "factor" else f"{r.gain[i]:+.1f}%"
+    return text.gain(r.gain[i], r.gain_kind)
 
 
 def _clip(text: str, limit: int | None) -> str:
