@@ -1,0 +1,129 @@
+"""Benchmark: every engine's overhead over its model, measured in one run.
+
+    python benchmarks/bench_overhead.py [--batch 64] [--repeats 3] [--threads 1] [--only speculative ...]
+
+Engine overhead = the wall time of ``engine.generate`` spent *outside* the model's decoder and
+output-head calls, as a share of the time spent inside them:
+
+    overhead = (wall - inside) / inside
+
+``inside`` is measured by forward pre-hooks and hooks on every model the engine holds
+(``get_decoder()`` and ``get_output_embeddings()``; both models of the speculative engine), so it
+covers the transformer layers and the head whether the engine calls the whole model or the
+decoder and head separately. Everything else (masks, caches, bookkeeping, sampling, the Python
+loop) is overhead. Each row decodes the first ``--batch`` calibration prompts of the arithmetic
+suite as one batch, threads 1, after a warm-up; the best (lowest-wall) of ``--repeats`` runs is
+kept. Rows: the block-diffusion reference and its skip rule, FlowBlock, BlockBatch (the
+parameters of grids/mixed.yaml's defaults), speculative (lossless and typical, grids/speculative.yaml)
+and quantized (int8, nf4; grids/quantization.yaml), each on the embedded models.
+"""
+from __future__ import annotations
+
+import argparse
+import platform
+import time
+from pathlib import Path
+
+import torch
+from transformers import PreTrainedModel
+
+from pytest_redline.engines import modeling
+from pytest_redline.engines.autoregressive import AR_DRAFT, AR_TARGET
+from pytest_redline.suites.arithmetic import ArithmeticSuite
+
+BD = {"model": modeling.EMBEDDED_MODEL, "device": "cpu", "dtype": "float32"}
+ROWS = {  # row -> (engine entry-point name, engine_args, config)
+    "block_diffusion reference": ("block_diffusion", BD, {}),
+    "block_diffusion skip rule": ("block_diffusion", BD, {"skip_masked_blocks": True}),
+    "flowblock w3/s50/acc95/edit": ("flowblock", BD, {"window": 3, "spawn_threshold": 0.5, "accept_threshold": 0.95}),
+    "blockbatch bs4-8-16/acc90/m50": ("blockbatch", BD, {"block_sizes": [4, 8, 16], "accept_threshold": 0.90, "merge_threshold": 0.5}),
+    "speculative lossless": ("speculative", {"target": AR_TARGET, "draft": AR_DRAFT, "device": "cpu", "dtype": "float32"},
+                             {"acceptance": "lossless", "num_draft_tokens": 4}),
+    "speculative eps0.1": ("speculative", {"target": AR_TARGET, "draft": AR_DRAFT, "device": "cpu", "dtype": "float32"},
+                           {"acceptance": "typical", "posterior_threshold": 0.1, "num_draft_tokens": 4}),
+    "quantized int8": ("quantized", {"model": AR_TARGET, "device": "cpu", "dtype": "float32", "measure_peak": False},
+                       {"quantization": "int8"}),
+    "quantized nf4": ("quantized", {"model": AR_TARGET, "device": "cpu", "dtype": "float32", "measure_peak": False},
+                      {"quantization": "nf4"}),
+}
+
+
+class ModelClock:
+    """Seconds spent inside the decoder and output-head calls of ``models`` (hooks; remove with ``close``)."""
+
+    def __init__(self, models) -> None:
+        self.inside = 0.0
+        self._depth = 0
+        self._start = 0.0
+        self._handles = []
+        for model in models:
+            for module in (model.get_decoder(), model.get_output_embeddings()):
+                self._handles.append(module.register_forward_pre_hook(self._enter))
+                self._handles.append(module.register_forward_hook(self._leave))
+
+    def _enter(self, module, args) -> None:
+        if self._depth == 0:
+            self._start = time.perf_counter()
+        self._depth += 1
+
+    def _leave(self, module, args, output) -> None:
+        self._depth -= 1
+        if self._depth == 0:
+            self.inside += time.perf_counter() - self._start
+
+    def close(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+
+
+def models_of(engine) -> list[PreTrainedModel]:
+    """The models an engine holds (the quantized engine's current one included), once each."""
+    found = {id(v): v for v in vars(engine).values() if isinstance(v, PreTrainedModel)}
+    return list(found.values())
+
+
+def overhead(engine, prompts, config, repeats: int) -> tuple[float, float]:
+    """(wall, inside) of the best of ``repeats`` runs of ``engine.generate(prompts, config)``."""
+    engine.generate(prompts[:8], config)  # warm-up (and the quantized engine loads its mode)
+    clock = ModelClock(models_of(engine))
+    best = None
+    try:
+        for _ in range(repeats):
+            clock.inside = 0.0
+            start = time.perf_counter()
+            engine.generate(prompts, config)
+            wall = time.perf_counter() - start
+            if best is None or wall < best[0]:
+                best = (wall, clock.inside)
+    finally:
+        clock.close()
+    return best
+
+
+def main() -> None:
+    from pytest_redline import registry
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--only", nargs="*", default=None, help="rows whose name contains any of these words")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    prompts = ArithmeticSuite(split="calibration", n=args.batch, seed=0).prompts()
+    rows = {k: v for k, v in ROWS.items() if not args.only or any(word in k for word in args.only)}
+    print(f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, torch {torch.__version__}, "
+          f"batch {args.batch}, best of {args.repeats}")
+    print(f"{'engine / config':<32}{'wall s':>9}{'inside s':>10}{'outside s':>11}{'overhead':>10}")
+    engines: dict[str, object] = {}
+    for row, (name, engine_args, config) in rows.items():
+        key = f"{name}:{sorted(engine_args.items())}"
+        if key not in engines:
+            engines[key] = registry.factory(registry.ENGINES, name)(**engine_args)
+            torch.set_num_threads(args.threads)
+        wall, inside = overhead(engines[key], prompts, config, args.repeats)
+        print(f"{row:<32}{wall:>9.3f}{inside:>10.3f}{wall - inside:>11.3f}{(wall - inside) / inside:>10.1%}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
