@@ -32,6 +32,14 @@ def describe(engine: Any) -> dict[str, str]:
     return {attr: str(getattr(engine, attr)) for attr in DESCRIBED if hasattr(engine, attr)}
 
 
+def key_args(name: str, args: Mapping[str, Any]) -> dict[str, Any]:
+    """The engine_args that enter the outcome key: all of them, unless the engine's class
+    names the ones that cannot change an outcome (an endpoint's URL, its retry settings)
+    with a ``key_args(engine_args)`` static method."""
+    factory = registry.factory(registry.ENGINES, name)
+    return dict(factory.key_args(args)) if hasattr(factory, "key_args") else dict(args)
+
+
 class EngineBook:
     """The session's engines, and their identity for the outcome store."""
 
@@ -59,7 +67,7 @@ class EngineBook:
             engine = self.get(name, args)
             self._identities[key] = {
                 "engine": name,
-                "engine_args": dict(args),
+                "engine_args": key_args(name, args),
                 "fingerprint": engine.fingerprint(),
                 "runtime": describe(engine),
             }
