@@ -7,7 +7,9 @@ module reads the file only.
 
 Relative paths resolve against the grid file's folder. A string argument is a path when
 its key is one of :data:`PATH_KEYS` or ends in ``_path``; this applies to the keys of
-``engine_args`` and ``suite_args`` (the grid's and each config's). Whether input paths
+``engine_args`` and ``suite_args`` (the grid's and each config's). Where the same arguments
+name a ``base_url`` (a served model, e.g. the ``openai`` engine), ``model`` is the served
+model's name, not a path. Whether input paths
 exist is checked when the grid is prepared for a session (:meth:`Grid.check_paths`).
 """
 from __future__ import annotations
@@ -84,7 +86,8 @@ class Grid:
         sets += [(f"configs.{spec.name}.engine_args", spec.engine_args) for spec in self.configs or ()]
         for key, args in sets:
             for name, value in args.items():
-                if name in INPUT_PATH_KEYS and isinstance(value, str) and not os.path.exists(value):
+                served = name == "model" and "base_url" in args  # a served model's name
+                if name in INPUT_PATH_KEYS and not served and isinstance(value, str) and not os.path.exists(value):
                     raise self.error(
                         f"{key}.{name}",
                         f"expected an existing file or folder, got {value} (no such file or folder; "
@@ -178,7 +181,7 @@ class _Reader:
         for name, arg in value.items():
             if not isinstance(name, str):
                 raise self.fail(key, f"expected string argument names, got {_show(name)}")
-            out[name] = self.resolve(name, arg)
+            out[name] = arg if name == "model" and "base_url" in value else self.resolve(name, arg)
         return out
 
     def resolve(self, name: str, value: Any) -> Any:
