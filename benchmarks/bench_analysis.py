@@ -20,8 +20,9 @@ from pathlib import Path
 
 import numpy as np
 
-from pytest_redline import analysis, risk
-from pytest_redline.analysis import GridData, Procedure
+from pytest_redline import risk
+from pytest_redline.lab import analysis
+from pytest_redline.lab.analysis import GridData, Procedure
 from pytest_redline.outcomes import OutcomeTable
 
 DATA = Path(__file__).resolve().parent.parent / "tests" / "data" / "redline"

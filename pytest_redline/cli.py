@@ -7,141 +7,30 @@
 
 Each subcommand is a pair: ``add_<name>(subparsers)`` declares its parser and sets
 ``run=<function(args) -> int>``; list it in ``SUBCOMMANDS``. The analyses (sweep,
-heldout, baselines, validity, intervals) are declared in :mod:`pytest_redline.cli_analyses`. Commands on recorded outcomes
-declare the shared options with :func:`add_outcome_arguments` and load them with
-:func:`load_outcomes`. Bad input is one line on stderr and exit status 2, never a traceback.
+heldout, baselines, validity, intervals) are declared in :mod:`pytest_redline.lab.commands`.
+Commands on recorded outcomes declare the shared options with
+:func:`~pytest_redline.cli_args.add_outcome_arguments` and load them with
+:func:`~pytest_redline.cli_args.load_outcomes`. Bad input is one line on stderr and exit
+status 2, never a traceback.
 """
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-import numpy as np
-
-from pytest_redline.cli_analyses import add_subcommands as add_analyses
-
-EXIT_OK = 0
-EXIT_USAGE = 2
-
-
-class UsageError(Exception):
-    """Bad command-line input: printed as one line, exit status 2."""
-
-    def __init__(self, message: str, prog: str = "redline") -> None:
-        super().__init__(message)
-        self.prog = prog
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse with one-line errors (no usage dump) that main() turns into exit status 2."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise UsageError(message, self.prog)
-
-
-# ---------------------------------------------------------------------- argument types
-
-
-def probability(text: str) -> float:
-    """An argparse type: a number strictly inside (0, 1)."""
-    try:
-        x = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got '{text}'") from None
-    if not 0.0 < x < 1.0:
-        raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got '{text}'")
-    return x
-
-
-def positive_int(text: str) -> int:
-    """An argparse type: an integer >= 1."""
-    try:
-        x = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got '{text}'") from None
-    if x < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got '{text}'")
-    return x
-
-
-def config_list(text: str) -> list[str]:
-    """An argparse type: comma-separated config names."""
-    names = [name.strip() for name in text.split(",")]
-    if not text.strip() or any(not name for name in names):
-        raise argparse.ArgumentTypeError(f"expected comma-separated config names, got '{text}'")
-    return names
-
-
-# ---------------------------------------------------------------------- shared by outcome commands
-
-
-def add_outcome_arguments(parser: argparse.ArgumentParser, several: bool = False) -> None:
-    """The options of every command that works on recorded outcome CSVs (one, or ``several``)."""
-    parser.add_argument(
-        "outcomes",
-        metavar="OUTCOMES.csv",
-        nargs="+" if several else None,
-        help="outcome CSV: config,prompt,correct,tokens,forwards[,...]",
-    )
-    parser.add_argument("--reference", required=True, metavar="NAME", help="the reference (lossless) config")
-    parser.add_argument("--cost", default="tpf", metavar="tpf|apf|COLUMN", help="cost to rank by (default tpf)")
-    parser.add_argument(
-        "--lower-is-better", action="store_true", help="lower cost is better (implied for memory* columns)"
-    )
-    parser.add_argument("--configs", type=config_list, metavar="a,b,...", help="configs to use, in this order")
-    parser.add_argument("--delta", type=probability, default=0.10, help="family-wise error level (default 0.10)")
-    parser.add_argument("--correction", choices=("holm", "bonferroni"), default="holm")
-    parser.add_argument(
-        "--family",
-        choices=("all", "candidates"),
-        default="all",
-        help="'all' counts the reference in the family (the paper); 'candidates' leaves it out",
-    )
-
-
-@dataclass(frozen=True)
-class Outcomes:
-    """A loaded outcome CSV, ready for the risk functions."""
-
-    table: Any  # OutcomeTable, restricted to --configs
-    cost: np.ndarray
-    cost_kind: str
-    reference: int
-    lower_is_better: bool
-
-    def options(self, args: argparse.Namespace) -> dict[str, Any]:
-        """Keyword arguments for risk.certify / sweep / alpha_min."""
-        return {
-            "names": self.table.configs,
-            "lower_is_better": self.lower_is_better,
-            "correction": args.correction,
-            "family": args.family,
-        }
-
-
-def load_outcomes(args: argparse.Namespace) -> Outcomes:
-    """Read args.outcomes, apply --configs, --reference and --cost; raises OutcomeError."""
-    from pytest_redline.outcomes import OutcomeError, OutcomeTable, cost_direction
-
-    table = OutcomeTable.read_csv(args.outcomes)
-    if args.configs:
-        table = table.select(args.configs)
-    if args.reference not in table.configs:
-        raise OutcomeError(
-            f"{args.outcomes}: reference '{args.reference}' is not among the configs: {', '.join(table.configs)}"
-        )
-    cost = table.cost(args.cost)
-    if not np.all(cost > 0):
-        raise OutcomeError(f"{args.outcomes}: cost '{args.cost}' must be positive for every config, got {cost.tolist()}")
-    lower = args.lower_is_better or cost_direction(args.cost) == "lower"
-    return Outcomes(table, cost, args.cost, table.index(args.reference), lower)
-
-
-def print_json(obj: Any) -> None:
-    print(json.dumps(obj, indent=2))
+from pytest_redline.cli_args import (
+    EXIT_OK,
+    EXIT_USAGE,
+    Parser,
+    UsageError,
+    add_outcome_arguments,
+    load_outcomes,
+    positive_int,
+    print_json,
+    probability,
+)
+from pytest_redline.lab.commands import add_subcommands as add_analyses
 
 
 # ---------------------------------------------------------------------- select
@@ -216,13 +105,13 @@ def run_sample_size(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------------- entry point
 
-#: Each declares subcommands on the subparsers (the analyses live in cli_analyses.py).
+#: Each declares subcommands on the subparsers (the analyses live in lab/commands.py).
 SUBCOMMANDS: list[Callable[[Any], None]] = [add_select, add_sample_size, add_analyses]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="redline", description="Redline certification of recorded LLM serving outcomes.")
-    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
+    parser = Parser(prog="redline", description="Redline certification of recorded LLM serving outcomes.")
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=Parser)
     for add in SUBCOMMANDS:
         add(subparsers)
     return parser

@@ -43,8 +43,10 @@ __all__ = [
     "clopper_pearson_interval",
     "clopper_pearson_upper",
     "critical_count",
+    "family_mask",
     "holm",
     "holm_adjusted",
+    "reject_rows",
     "select_deployed",
     "sweep",
     "violations",
@@ -288,6 +290,29 @@ def _holm_adjusted_rows(p: np.ndarray, tested: np.ndarray) -> np.ndarray:
 
 def _bonferroni_adjusted_rows(p: np.ndarray, tested: np.ndarray) -> np.ndarray:
     return np.where(tested, np.minimum(1.0, p * max(int(tested.sum()), 1)), np.nan)
+
+
+def family_mask(m: int, reference: int, family: str) -> np.ndarray:
+    """Which of m configs are tested: all (the paper), or all but the reference ("candidates")."""
+    tested = np.ones(m, dtype=bool)
+    if family == "candidates":
+        tested[reference] = False
+    return tested
+
+
+def reject_rows(p: np.ndarray, delta: float, tested: np.ndarray, correction: str) -> np.ndarray:
+    """Unchecked and vectorized: the rejected (valid) mask of each row of ``p`` (shape (..., m)).
+
+    ``correction`` is "holm" (:func:`holm`), "bonferroni" (:func:`bonferroni`) or "none",
+    which tests each config at delta (the analyses' ablation without the multiplicity
+    correction). Untested columns never reject. Certification and the analyses' split
+    studies both decide validity here.
+    """
+    if correction == "holm":
+        return _holm_rows(p, delta, tested)
+    if correction == "bonferroni":
+        return _bonferroni_rows(p, delta, tested)
+    return tested & (p <= delta)
 
 
 # --------------------------------------------------------------------------- bounds
@@ -570,15 +595,12 @@ def _frozen(a: np.ndarray) -> np.ndarray:
 def _results(prob: _Problem, alphas: np.ndarray) -> list[RedlineResult]:
     """Certify at every alpha at once: p-values and corrections are (len(alphas), m) arrays."""
     m, ref = len(prob.names), prob.reference
-    tested = np.ones(m, dtype=bool)
-    if prob.family == "candidates":
-        tested[ref] = False
+    tested = family_mask(m, ref, prob.family)
     p = _pvalue(prob.violations[None, :], prob.n, alphas[:, None])
+    valid = reject_rows(p, prob.delta, tested, prob.correction)
     if prob.correction == "holm":
-        valid = _holm_rows(p, prob.delta, tested)
         adjusted = _holm_adjusted_rows(p, tested)
     else:
-        valid = _bonferroni_rows(p, prob.delta, tested)
         adjusted = _bonferroni_adjusted_rows(p, tested)
     p = np.where(tested, p, np.nan)
 

@@ -12,9 +12,10 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from pytest_redline import analysis, cli, risk
-from pytest_redline.analysis import GridData, Procedure
-from pytest_redline.cli_analyses import add_subcommands
+from pytest_redline import cli, risk
+from pytest_redline.lab import analysis
+from pytest_redline.lab.analysis import GridData, Procedure
+from pytest_redline.lab.commands import add_subcommands
 from pytest_redline.outcomes import OutcomeTable
 from published import DATA, GRIDS, published_table
 

@@ -4,9 +4,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pytest_redline import analysis, cli, plots
-from pytest_redline.analysis import GridData
-from pytest_redline.cli_analyses import add_subcommands
+from pytest_redline import cli
+from pytest_redline.lab import analysis, plots
+from pytest_redline.lab.analysis import GridData
+from pytest_redline.lab.commands import add_subcommands
 from pytest_redline.outcomes import OutcomeTable
 
 image = pytest.importorskip("matplotlib.image")

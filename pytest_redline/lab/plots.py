@@ -55,7 +55,7 @@ def baselines_plot(result: Any, path: str | os.PathLike) -> None:
     The mean-accuracy rule is a curve over its tolerances; Redline, the plug-in rule and
     Redline without correction are markers; the dashed line is the nominal level delta.
     """
-    from pytest_redline.analysis import PLUG_IN, UNCORRECTED
+    from pytest_redline.lab.analysis import PLUG_IN, UNCORRECTED
 
     fig = _figure()
     ax = fig.subplots()

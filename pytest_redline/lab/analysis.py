@@ -16,7 +16,10 @@ The paper's protocols are the defaults:
 - the bootstrap (:func:`intervals`): ``default_rng(20260920).multinomial(n, [1/n]*n, size=B)``
   weight vectors, the same weights for the deployed config and the reference.
 
-numpy and scipy only (through :mod:`pytest_redline.risk`); never torch.
+numpy and scipy only (through :mod:`pytest_redline.risk`); never torch. Validity, the
+deployment rule and the text tables are the gate's own (:func:`risk.reject_rows`,
+:func:`risk.select_deployed`, :mod:`pytest_redline.text`), so an analysis measures the
+procedure the gate runs.
 """
 from __future__ import annotations
 
@@ -26,7 +29,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from pytest_redline import risk
+from pytest_redline import risk, text
+from pytest_redline.checks import CORRECTIONS, FAMILIES, choice, in_open_unit, open_unit, positive_int
 from pytest_redline.outcomes import OutcomeError, OutcomeTable, cost_direction, gain_kind
 
 __all__ = [
@@ -65,7 +69,8 @@ MIN_PART = 15
 #: A validity combination is flagged when its FWER exceeds delta by more than this many
 #: binomial standard errors of the estimate, sqrt(f (1 - f) / K).
 MC_Z = 2.0
-CORRECTIONS = ("holm", "bonferroni", "none")
+#: The corrections of a Procedure: certification's, and "none" (each config tested at delta).
+PROCEDURE_CORRECTIONS = (*CORRECTIONS, "none")
 RANKS = ("full", "calibration")
 
 
@@ -85,12 +90,9 @@ class Procedure:
     family: str = "all"
 
     def __post_init__(self) -> None:
-        if not 0.0 < self.delta < 1.0:
-            raise ValueError(f"delta ({self.delta!r}) must be in the open interval (0, 1).")
-        if self.correction not in CORRECTIONS:
-            raise ValueError(f"correction ({self.correction!r}) not recognized; must be one of {', '.join(CORRECTIONS)}.")
-        if self.family not in risk.FAMILIES:
-            raise ValueError(f"family ({self.family!r}) not recognized; must be one of {', '.join(risk.FAMILIES)}.")
+        open_unit("delta", self.delta)
+        choice("correction", self.correction, PROCEDURE_CORRECTIONS)
+        choice("family", self.family, FAMILIES)
 
     def valid(self, violations: np.ndarray, n: int, alphas: Sequence[float], reference: int) -> np.ndarray:
         """Which configs are certified, for every budget and split at once.
@@ -99,27 +101,10 @@ class Procedure:
         Returns a bool array (len(alphas), K, m). Agrees with :func:`risk.certify` on each
         split (the same p-values and the same step-down; ties in config order).
         """
-        k_all, m = violations.shape
-        tested = np.ones(m, dtype=bool)
-        if self.family == "candidates":
-            tested[reference] = False
-        cols = np.flatnonzero(tested)
-        size = cols.size
+        tested = risk.family_mask(violations.shape[1], reference, self.family)
         # p-values of every possible count, per budget; then look each split's counts up.
         table = np.stack([risk.binom_pvalue(np.arange(n + 1), n, a) for a in alphas])  # (A, n + 1)
-        p = table[:, violations[:, cols]]  # (A, K, size)
-        if self.correction == "holm":
-            levels = self.delta / (size - np.arange(size))
-        else:
-            levels = np.full(size, self.delta / max(size, 1) if self.correction == "bonferroni" else self.delta)
-        order = np.argsort(p, axis=-1, kind="stable")  # ties keep the config order
-        passes = np.take_along_axis(p, order, axis=-1) <= levels
-        steps = np.logical_and.accumulate(passes, axis=-1)  # stop at the first failure
-        rejected = np.zeros(p.shape, dtype=bool)
-        np.put_along_axis(rejected, order, steps, axis=-1)
-        out = np.zeros((len(alphas), k_all, m), dtype=bool)
-        out[..., cols] = rejected
-        return out
+        return risk.reject_rows(table[:, violations], self.delta, tested, self.correction)  # (A, K, m)
 
     def risk_options(self) -> dict[str, str]:
         """Keyword arguments for :func:`risk.certify` (which has no ``"none"`` correction)."""
@@ -226,12 +211,12 @@ class GridData:
 def heldout_permutations(n: int, splits: int, seed: int = HELDOUT_SEED) -> np.ndarray:
     """The paper's held-out protocol: one generator draws ``splits`` permutations, (K, n)."""
     rng = np.random.default_rng(seed)
-    return np.stack([rng.permutation(n) for _ in range(_at_least_one("splits", splits))])
+    return np.stack([rng.permutation(n) for _ in range(positive_int("splits", splits))])
 
 
 def validity_permutations(n: int, splits: int) -> np.ndarray:
     """The validity study's protocol: split s is ``default_rng(s).permutation(n)``, (K, n)."""
-    return np.stack([np.random.default_rng(s).permutation(n) for s in range(_at_least_one("splits", splits))])
+    return np.stack([np.random.default_rng(s).permutation(n) for s in range(positive_int("splits", splits))])
 
 
 def calibration_mask(permutations: np.ndarray, n_cal: int) -> np.ndarray:
@@ -244,7 +229,7 @@ def calibration_mask(permutations: np.ndarray, n_cal: int) -> np.ndarray:
 def bootstrap_weights(n: int, boot: int, seed: int = BOOTSTRAP_SEED) -> np.ndarray:
     """(B, n) multinomial counts: ``default_rng(seed).multinomial(n, [1/n]*n, size=B)``."""
     rng = np.random.default_rng(seed)
-    return rng.multinomial(n, np.full(n, 1.0 / n), size=_at_least_one("boot", boot))
+    return rng.multinomial(n, np.full(n, 1.0 / n), size=positive_int("boot", boot))
 
 
 def calibration_sizes(n: int, sizes: Sequence[int | str] = VALIDITY_SIZES) -> tuple[int, ...]:
@@ -259,15 +244,9 @@ def calibration_sizes(n: int, sizes: Sequence[int | str] = VALIDITY_SIZES) -> tu
     return kept
 
 
-def _at_least_one(name: str, value: int) -> int:
-    if int(value) != value or value < 1:
-        raise ValueError(f"{name} ({value!r}) must be an integer >= 1.")
-    return int(value)
-
-
 def _cal_size(n: int, cal_fraction: float) -> int:
     n_cal = int(round(cal_fraction * n))
-    if not 0.0 < cal_fraction < 1.0 or not 1 <= n_cal <= n - 1:
+    if not in_open_unit(cal_fraction) or not 1 <= n_cal <= n - 1:
         raise ValueError(
             f"cal_fraction ({cal_fraction!r}) must leave at least one prompt in each part of n = {n}; "
             f"it gives {n_cal} calibration prompts."
@@ -308,13 +287,6 @@ def _parts(grid: GridData, mask: np.ndarray) -> _Parts:
     )
 
 
-def _deploy(valid: np.ndarray, score: np.ndarray, reference: int) -> np.ndarray:
-    """The best-scoring valid config or the reference, per row; the first listed wins ties."""
-    candidates = valid.copy()
-    candidates[..., reference] = True
-    return np.argmax(np.where(candidates, score, -np.inf), axis=-1)
-
-
 def _pick(values: np.ndarray, index: np.ndarray) -> np.ndarray:
     """values[..., index] row by row: (..., m) and (...) -> (...)."""
     return np.take_along_axis(values, index[..., None], axis=-1)[..., 0]
@@ -347,18 +319,6 @@ class Spread:
 
 def _spread_dict(s: Spread | None) -> dict[str, float] | None:
     return None if s is None else s.to_dict()
-
-
-def _table(rows: Sequence[Sequence[str]], left: Sequence[int] = (0,)) -> list[str]:
-    widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
-    return [
-        "  ".join(cell.ljust(w) if c in left else cell.rjust(w) for c, (cell, w) in enumerate(zip(r, widths))).rstrip()
-        for r in rows
-    ]
-
-
-def _gain_text(x: float, kind: str) -> str:
-    return f"{x:.2f}x" if kind == "factor" else f"{x:+.1f}%"
 
 
 # --------------------------------------------------------------------------- sweep
@@ -395,12 +355,12 @@ class SweepResult:
 
     def __str__(self) -> str:
         rows = [("alpha", "deployed", "gain", "d_acc")] + [
-            (f"{a:.2f}", d, _gain_text(g, self.gain_kind), f"{x:+.1f}")
+            (f"{a:.2f}", d, text.gain(g, self.gain_kind), f"{x:+.1f}")
             for a, d, g, x in zip(self.alphas, self.deployed, self.gain, self.net_accuracy)
         ]
         amin = "none on this grid" if self.alpha_min is None else f"{self.alpha_min:g}"
         head = f"{self.label}: sweep, cost {self.cost_kind}, reference {self.reference}, delta={self.delta:g}"
-        return "\n".join([head] + _table(rows, left=(1,)) + [f"alpha_min: {amin}"])
+        return "\n".join([head] + text.table(rows, left=(1,)) + [f"alpha_min: {amin}"])
 
 
 def sweep(grid: GridData, alphas: Sequence[float] = risk.DEFAULT_ALPHAS, procedure: Procedure = Procedure()) -> SweepResult:
@@ -492,7 +452,7 @@ class _SplitPlan:
         return cls(grid, parts, grid.score(grid.cost if rank == "full" else parts.cal_cost))
 
     def run(self, rule: str, alpha: float, valid: np.ndarray) -> SplitOutcomes:
-        return _outcomes(rule, alpha, self.grid, self.parts, _deploy(valid, self.score, self.grid.reference))
+        return _outcomes(rule, alpha, self.grid, self.parts, risk.select_deployed(valid, self.score, self.grid.reference))
 
     def redline(self, alpha: float, procedure: Procedure, rule: str = "redline") -> SplitOutcomes:
         parts = self.parts
@@ -567,7 +527,7 @@ class HeldoutResult:
             [
                 f"{self.label}: held-out, alpha={o.alpha:g} delta={self.procedure.delta:g}, {self.splits} splits "
                 f"(seed {self.seed}), {self.cal_size} of {self.n} prompts calibrate, ranked by {self.rank} cost",
-                *_table(rows),
+                *text.table(rows),
                 f"all splits: gain {Spread.of(o.gain).text(spec)}, d_acc {Spread.of(o.net_accuracy).text()}",
                 f"exceedance (test risk > alpha): {o.exceedance:.3f}; against the pooled risk: {o.exceedance_pooled:.3f}",
             ]
@@ -652,14 +612,14 @@ class BaselinesResult:
 
     def __str__(self) -> str:
         rows = [("rule", "mean gain", "mean d_acc", "exceedance", "pooled")] + [
-            (r.rule, _gain_text(r.mean_gain, self.gain_kind), f"{r.mean_net_accuracy:+.2f}", f"{r.exceedance:.3f}", f"{r.exceedance_pooled:.3f}")
+            (r.rule, text.gain(r.mean_gain, self.gain_kind), f"{r.mean_net_accuracy:+.2f}", f"{r.exceedance:.3f}", f"{r.exceedance_pooled:.3f}")
             for r in self.rules
         ]
         head = (
             f"{self.label}: baselines at alpha={self.alpha:g} (nominal exceedance delta={self.delta:g}), "
             f"{self.splits} splits, {self.cal_size} prompts calibrate; gain and d_acc held out, averaged over all splits"
         )
-        return "\n".join([head] + _table(rows))
+        return "\n".join([head] + text.table(rows))
 
 
 def mean_accuracy_rule(t: float) -> str:
@@ -783,7 +743,7 @@ class ValidityResult:
         return "\n".join([
             f"{self.label}: validity, n={self.n}, m={self.m}, delta={self.delta:g}, {self.splits} splits, "
             f"{len(self.alphas)} budgets {self.alphas.min():.2f}..{self.alphas.max():.2f}",
-            *_table(rows),
+            *text.table(rows),
             f"{verdict} (flag: fwer - delta > {MC_Z:g} standard errors)",
         ])
 
@@ -814,7 +774,7 @@ def validity(
         parts = _parts(grid, calibration_mask(perms, n_cal))
         valid = procedure.valid(parts.cal_violations, n_cal, a, grid.reference)  # (A, K, m)
         over = parts.test_risk[None] > a[:, None, None]
-        deployed = _deploy(valid, score, grid.reference)  # (A, K)
+        deployed = risk.select_deployed(valid, score, grid.reference)  # (A, K)
         fwer[s] = np.any(valid & over, axis=-1).mean(axis=-1)
         fwer_pooled[s] = np.any(valid & (pooled > a[:, None, None]), axis=-1).mean(axis=-1)
         coverage[s] = np.mean(~_pick(over, deployed), axis=-1)
@@ -906,8 +866,7 @@ def intervals(
     the ratio of weighted sums (pooled TPF). The risk gets a two-sided Clopper-Pearson
     interval at ``confidence`` and the one-sided upper bound at 1 - delta.
     """
-    if not 0.0 < confidence < 1.0:
-        raise ValueError(f"confidence ({confidence!r}) must be in the open interval (0, 1).")
+    open_unit("confidence", confidence)
     result = grid.certify(alpha, procedure)
     d, ref = result.deployed_index, grid.reference
     weights = bootstrap_weights(grid.n, boot, seed).astype(float)

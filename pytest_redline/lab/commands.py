@@ -9,12 +9,12 @@
                      [--splits K] [--alphas ...] [--plot FILE.png]
     redline intervals OUTCOMES.csv --reference R --alpha A [--boot B] [--seed S] [--confidence C]
 
-Every command also takes the shared outcome options of :mod:`pytest_redline.cli`
+Every command also takes the shared outcome options of :mod:`pytest_redline.cli_args`
 (``--cost``, ``--lower-is-better``, ``--configs``, ``--delta``, ``--correction``, ``--family``)
 and ``--json``. With several files, ``--reference`` is one name for all or one per file,
 comma-separated. ``validity`` exits 1 when some combination is flagged.
 
-:func:`add_subcommands` declares them all; ``cli.py`` calls it with its subparsers.
+:func:`add_subcommands` declares them all; :mod:`pytest_redline.cli` calls it with its subparsers.
 """
 from __future__ import annotations
 
@@ -22,14 +22,17 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from pytest_redline.cli_args import (
+    EXIT_OK,
+    UsageError,
+    add_outcome_arguments,
+    load_outcomes,
+    positive_int,
+    print_json,
+    probability,
+)
+
 EXIT_FLAGGED = 1
-
-
-def _cli() -> Any:
-    # Imported on use, so that cli.py may import this module at its top.
-    from pytest_redline import cli
-
-    return cli
 
 
 # ---------------------------------------------------------------------- argument types
@@ -37,7 +40,6 @@ def _cli() -> Any:
 
 def alpha_grid(text: str) -> list[float]:
     """An argparse type: ``START:STOP:STEP`` (inclusive) or comma-separated budgets in (0, 1)."""
-    probability = _cli().probability
     try:
         if ":" in text:
             start, stop, step = (float(x) for x in text.split(":"))
@@ -86,10 +88,6 @@ def seed(text: str) -> int:
     return int(text)
 
 
-def fraction(text: str) -> float:
-    return _cli().probability(text)
-
-
 def png_path(text: str) -> str:
     """An argparse type: a path ending in .png."""
     if not text.lower().endswith(".png"):
@@ -102,20 +100,19 @@ def png_path(text: str) -> str:
 
 def _outcome_parser(subparsers: Any, name: str, help: str, several: bool = False) -> argparse.ArgumentParser:
     p = subparsers.add_parser(name, help=help)
-    _cli().add_outcome_arguments(p, several=several)
+    add_outcome_arguments(p, several=several)
     p.add_argument("--json", action="store_true", help="print a JSON object")
     return p
 
 
 def _alpha(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--alpha", type=_cli().probability, required=True, help="risk budget")
+    p.add_argument("--alpha", type=probability, required=True, help="risk budget")
 
 
 def _split_options(p: argparse.ArgumentParser) -> None:
-    cli = _cli()
-    p.add_argument("--splits", type=cli.positive_int, default=1000, metavar="K", help="random splits (default 1000)")
+    p.add_argument("--splits", type=positive_int, default=1000, metavar="K", help="random splits (default 1000)")
     p.add_argument("--seed", type=seed, default=20260918, help="seed of the one generator that draws the splits")
-    p.add_argument("--cal-fraction", type=fraction, default=0.5, help="share of prompts that calibrate (default 0.5)")
+    p.add_argument("--cal-fraction", type=probability, default=0.5, help="share of prompts that calibrate (default 0.5)")
     p.add_argument(
         "--rank", choices=("full", "calibration"), default="full",
         help="rank configs by full-sample cost (the paper) or by the calibration part's cost",
@@ -123,28 +120,27 @@ def _split_options(p: argparse.ArgumentParser) -> None:
 
 
 def _procedure(args: argparse.Namespace) -> Any:
-    from pytest_redline.analysis import Procedure
+    from pytest_redline.lab.analysis import Procedure
 
     return Procedure(args.delta, args.correction, args.family)
 
 
 def _grids(args: argparse.Namespace) -> list[Any]:
     """Load every file of args.outcomes as a GridData, with its reference."""
-    from pytest_redline.analysis import GridData
+    from pytest_redline.lab.analysis import GridData
 
-    cli = _cli()
     files = args.outcomes if isinstance(args.outcomes, list) else [args.outcomes]
     references = args.reference.split(",") if len(files) > 1 else [args.reference]
     if len(references) == 1:
         references = references * len(files)
     if len(references) != len(files):
-        raise cli.UsageError(
+        raise UsageError(
             f"argument --reference: expected one name or one per file ({len(files)} files), got '{args.reference}'",
             f"redline {args.command}",
         )
     grids = []
     for path, reference in zip(files, references):
-        data = cli.load_outcomes(argparse.Namespace(**{**vars(args), "outcomes": path, "reference": reference}))
+        data = load_outcomes(argparse.Namespace(**{**vars(args), "outcomes": path, "reference": reference}))
         grids.append(GridData.from_table(data.table, reference, data.cost_kind, data.lower_is_better, label=Path(path).stem))
     return grids
 
@@ -152,7 +148,7 @@ def _grids(args: argparse.Namespace) -> list[Any]:
 def _print(args: argparse.Namespace, results: list[Any]) -> None:
     if args.json:
         objects = [r.to_dict() for r in results]
-        _cli().print_json(objects[0] if len(objects) == 1 else {"grids": objects})
+        print_json(objects[0] if len(objects) == 1 else {"grids": objects})
     else:
         print("\n\n".join(str(r) for r in results))
 
@@ -163,7 +159,7 @@ def _plot(args: argparse.Namespace, draw: Any, results: Any) -> None:
     try:
         draw(results, args.plot)
     except ImportError as e:
-        raise _cli().UsageError(f"argument --plot: {e}", f"redline {args.command}") from None
+        raise UsageError(f"argument --plot: {e}", f"redline {args.command}") from None
     if not args.json:
         print(f"wrote {args.plot}")
 
@@ -179,13 +175,14 @@ def add_sweep(subparsers: Any) -> None:
 
 
 def run_sweep(args: argparse.Namespace) -> int:
-    from pytest_redline import analysis, plots, risk
+    from pytest_redline import risk
+    from pytest_redline.lab import analysis, plots
 
     alphas = args.alphas or risk.DEFAULT_ALPHAS
     results = [analysis.sweep(g, alphas, _procedure(args)) for g in _grids(args)]
     _print(args, results)
     _plot(args, plots.sweep_plot, results)
-    return _cli().EXIT_OK
+    return EXIT_OK
 
 
 # ---------------------------------------------------------------------- heldout
@@ -199,12 +196,12 @@ def add_heldout(subparsers: Any) -> None:
 
 
 def run_heldout(args: argparse.Namespace) -> int:
-    from pytest_redline import analysis
+    from pytest_redline.lab import analysis
 
     (grid,) = _grids(args)
     result = analysis.heldout(grid, args.alpha, _procedure(args), args.splits, args.seed, args.cal_fraction, args.rank)
     _print(args, [result])
-    return _cli().EXIT_OK
+    return EXIT_OK
 
 
 # ---------------------------------------------------------------------- baselines
@@ -223,7 +220,7 @@ def add_baselines(subparsers: Any) -> None:
 
 
 def run_baselines(args: argparse.Namespace) -> int:
-    from pytest_redline import analysis, plots
+    from pytest_redline.lab import analysis, plots
 
     (grid,) = _grids(args)
     tolerances = analysis.MEAN_ACCURACY_TOLERANCES if args.tolerances is None else args.tolerances
@@ -232,7 +229,7 @@ def run_baselines(args: argparse.Namespace) -> int:
     )
     _print(args, [result])
     _plot(args, plots.baselines_plot, result)
-    return _cli().EXIT_OK
+    return EXIT_OK
 
 
 # ---------------------------------------------------------------------- validity
@@ -241,21 +238,22 @@ def run_baselines(args: argparse.Namespace) -> int:
 def add_validity(subparsers: Any) -> None:
     p = _outcome_parser(subparsers, "validity", "family-wise error and coverage over random splits (exit 1 if flagged)", several=True)
     p.add_argument("--sizes", type=size_list, default=None, metavar="n//2,200,100,50,25", help="calibration sizes")
-    p.add_argument("--splits", type=_cli().positive_int, default=1000, metavar="K", help="splits; split s uses default_rng(s)")
+    p.add_argument("--splits", type=positive_int, default=1000, metavar="K", help="splits; split s uses default_rng(s)")
     p.add_argument("--alphas", type=alpha_grid, default=None, metavar="0.01:0.30:0.01", help="budgets (default 0.01:0.30:0.01)")
     p.add_argument("--plot", type=png_path, metavar="FILE.png", help="histogram of the family-wise error")
     p.set_defaults(run=run_validity)
 
 
 def run_validity(args: argparse.Namespace) -> int:
-    from pytest_redline import analysis, plots, risk
+    from pytest_redline import risk
+    from pytest_redline.lab import analysis, plots
 
     sizes = analysis.VALIDITY_SIZES if args.sizes is None else args.sizes
     alphas = args.alphas or risk.DEFAULT_ALPHAS
     results = [analysis.validity(g, alphas, sizes, args.splits, _procedure(args)) for g in _grids(args)]
     _print(args, results)
     _plot(args, plots.validity_plot, results)
-    return EXIT_FLAGGED if any(r.flagged.any() for r in results) else _cli().EXIT_OK
+    return EXIT_FLAGGED if any(r.flagged.any() for r in results) else EXIT_OK
 
 
 # ---------------------------------------------------------------------- intervals
@@ -264,19 +262,19 @@ def run_validity(args: argparse.Namespace) -> int:
 def add_intervals(subparsers: Any) -> None:
     p = _outcome_parser(subparsers, "intervals", "bootstrap gain and accuracy intervals, exact risk interval, for the deployed config")
     _alpha(p)
-    p.add_argument("--boot", type=_cli().positive_int, default=10_000, metavar="B", help="bootstrap resamples (default 10000)")
+    p.add_argument("--boot", type=positive_int, default=10_000, metavar="B", help="bootstrap resamples (default 10000)")
     p.add_argument("--seed", type=seed, default=20260920, help="seed of the bootstrap weights")
-    p.add_argument("--confidence", type=fraction, default=0.95, help="two-sided confidence (default 0.95)")
+    p.add_argument("--confidence", type=probability, default=0.95, help="two-sided confidence (default 0.95)")
     p.set_defaults(run=run_intervals)
 
 
 def run_intervals(args: argparse.Namespace) -> int:
-    from pytest_redline import analysis
+    from pytest_redline.lab import analysis
 
     (grid,) = _grids(args)
     result = analysis.intervals(grid, args.alpha, _procedure(args), args.boot, args.seed, args.confidence)
     _print(args, [result])
-    return _cli().EXIT_OK
+    return EXIT_OK
 
 
 # ---------------------------------------------------------------------- registration
