@@ -1,221 +1,362 @@
-r"""Final answers: extracting them from model output and deciding whether two are the same.
+r"""Final answers: one per output, or none.
 
-GSM8K: a number. The prediction is the first number after the last ``####`` if there is
-one, else after the last "The answer is", else the last number in the text. Commas, ``$``,
-units and trailing zeros don't matter: the comparison is exact on the decimal value.
+An output has a final answer when exactly one can be read from it under these rules, else it
+scores wrong whatever the gold answer is. The rule that decided is reported
+(:mod:`pytest_redline.suites.base`: ``marker``, ``boxed``, ``last number``, ``no answer``,
+``revised``, ``hedged``, ``truncated``).
 
-MATH: the content of the last ``\boxed{...}`` (braces nested to any depth). Two answers are the
-same when their normal forms (:func:`normalise_math`) are equal, or they are both exact
-rationals of equal value, or both are tuples/intervals with the same brackets whose elements
-are pairwise the same, or, when the optional ``math-verify`` package is installed, when it says
-they are equivalent. Every function here returns ``None`` or ``False`` on malformed input; none
-raises.
+GSM8K (:func:`gsm8k_extract`), a number:
+
+- Markers: ``####``, "answer is" / "answer:" (any case), and ``\boxed{...}``. The answer of a
+  marker is the number right after it (``$``, ``*``, ``:``, ``\boxed{`` may come between), or
+  an arithmetic chain starting there: ``15 + 3 = 18`` gives 18, ``6 * 3`` gives 18, ``3/4`` is
+  a fraction. A marker followed by anything else ("The answer is nineteen.") has no answer.
+- The last marker decides, and it must have an answer: it never falls back to another number.
+  Every marker with an answer must agree with it, and after the last marker's sentence the
+  last number written (if any) must be the answer too; otherwise the output was ``revised``.
+- Two different numbers joined by "or"/"either" in the answer's sentence (or box) are a hedge.
+- Without a marker, an output that ended on its own (EOS or a stop string) is read by its last
+  number, with the same hedge rule on its last sentence; one that hit the token limit
+  (``finish_reason == "length"``) has no answer (``truncated``), and so has one whose final
+  answer's sentence was still open when the limit hit.
+- Numbers compare exactly (as fractions): ``1,234.00`` = ``1234``, ``0.5`` = ``1/2``.
+
+MATH (:func:`math_extract`): the content of the last ``\boxed{...}`` (braces nested to any
+depth). An earlier box with a different answer is a revision (a hedge when only "or" stands
+between them); "or" inside the box is a hedge; a box cut open by the token limit is
+``truncated``. Without a box, "The final answer is $X$" gives X (the minerva format). Whether
+the answer equals the gold one is :func:`pytest_redline.suites.equivalence.math_equivalent`.
+
+Every function here returns a result, never raises, on any string.
 """
 from __future__ import annotations
 
 import re
-import threading
+from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
+from typing import Callable
+
+from pytest_redline.suites.base import BOXED, HEDGED, LAST_NUMBER, MARKER, NO_ANSWER, REVISED, TRUNCATED
+
+LENGTH = "length"  # Generation.finish_reason of an output cut by the token limit
+
+
+@dataclass(frozen=True)
+class Extracted:
+    """The final answer read from an output: as written (None: none), and the deciding rule."""
+
+    answer: str | None
+    rule: str
+    value: Fraction | None = None  # GSM8K: the answer's exact value
+
+
+# --- numbers and arithmetic chains -----------------------------------------------------------
+
+_NUM = r"\d{1,3}(?:,\d{3})+(?![\d,])(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+"
+_TOKEN = re.compile(rf"\s*(?:(?P<num>\$?\s?(?:{_NUM}))|(?P<op>[-+*/()=])|(?P<x>x)(?=\s*[\d(]))")
+_NUMBER = re.compile(rf"(?<![\w.])-?\$?(?:{_NUM})")
+_FILLER = re.compile(r"(?:\s|[:*_=]|\\\(|\\\[|\$|\\boxed\s*\{|\\fbox\s*\{|\\text(?:bf)?\{|\\mathbf\{|\{)*")
+_DISJUNCTION = re.compile(r"(?<![A-Za-z\\])(?:or|either)(?![A-Za-z])")
+_SENTENCE_END = re.compile(r"\n|[.!?;](?=\s|$)")
+
+
+def _clean(text: str) -> str:
+    r"""``text`` with LaTeX arithmetic as plain arithmetic: ``\frac{3}{4}`` -> ``(3/4)``, ``\times`` -> ``*``."""
+    s = text.replace("\u2212", "-").replace("\\$", "$").replace("{,}", "").replace("\\%", "%").replace("$-", "-$")
+    s = re.sub(r"\\[dt]?frac\s*\{([^{}]*)\}\s*\{([^{}]*)\}", r"(\1/\2)", s)
+    s = re.sub(r"\\(?:times|cdot)(?![a-zA-Z])|[\u00d7\u00b7]", "*", s)
+    s = re.sub(r"\\div(?![a-zA-Z])|\u00f7", "/", s)
+    return re.sub(r"\\(?:left|right)(?![a-zA-Z])|\\[!,;]", "", s)
+
+
+def _value(token: str) -> Fraction:
+    digits = re.sub(r"[\s$,]", "", token)
+    negative = digits.count("-") % 2 == 1
+    return -Fraction(Decimal(digits.replace("-", ""))) if negative else Fraction(Decimal(digits.replace("-", "")))
+
+
+class _Chain:
+    """A recursive-descent reader of ``a op b ... = c = d`` at the start of a string."""
+
+    def __init__(self, text: str) -> None:
+        self.tokens: list[tuple[str, str, int]] = []
+        pos = 0
+        while True:
+            m = _TOKEN.match(text, pos)
+            if not m or m.end() == pos:
+                break
+            kind = m.lastgroup
+            self.tokens.append((kind, m.group(kind), m.end()))
+            pos = m.end()
+        self.i = 0
+
+    def peek(self, *ops: str) -> bool:
+        if self.i >= len(self.tokens):
+            return False
+        kind, text, _ = self.tokens[self.i]
+        return (kind == "op" and text in ops) or (kind == "x" and "*" in ops)
+
+    def factor(self) -> Fraction | None:
+        if self.i >= len(self.tokens):
+            return None
+        kind, text, _ = self.tokens[self.i]
+        if kind == "num":
+            self.i += 1
+            return _value(text)
+        if kind == "op" and text in "+-":
+            self.i += 1
+            inner = self.factor()
+            if inner is not None:
+                return -inner if text == "-" else inner
+            self.i -= 1
+        if kind == "op" and text == "(":
+            start = self.i
+            self.i += 1
+            inner = self.expr()
+            if inner is not None and self.peek(")"):
+                self.i += 1
+                return inner
+            self.i = start
+        return None
+
+    def binary(self, operand: Callable[[], Fraction | None], ops: str) -> Fraction | None:
+        value = operand()
+        while value is not None and self.peek(*ops):
+            back = self.i
+            op = self.tokens[self.i][1]
+            self.i += 1
+            right = operand()
+            if right is None or (op == "/" and right == 0):
+                self.i = back
+                break
+            value = value + right if op == "+" else value - right if op == "-" else value / right if op == "/" else value * right
+        return value
+
+    def term(self) -> Fraction | None:
+        return self.binary(self.factor, "*/")
+
+    def expr(self) -> Fraction | None:
+        return self.binary(self.term, "+-")
+
+    def chain(self) -> tuple[Fraction, int] | None:
+        """The value after the chain's last ``=`` and where the chain ends, or None."""
+        value = self.expr()
+        if value is None:
+            return None
+        while self.peek("="):
+            back = self.i
+            self.i += 1
+            right = self.expr()
+            if right is None:
+                self.i = back
+                break
+            value = right
+        return value, self.tokens[self.i - 1][2]
+
+
+def read_number(text: str) -> tuple[Fraction, int] | None:
+    """The value of the number or arithmetic chain at the start of ``text`` (after fillers such as
+    ``$``, ``:``, ``**``, ``\\boxed{``) and where it ends, or None."""
+    skip = _FILLER.match(text).end()
+    found = _Chain(text[skip:]).chain()
+    return (found[0], skip + found[1]) if found else None
+
+
+def numbers(text: str) -> list[Fraction]:
+    """Every number in ``text``, in order: ``$1,234.50`` -> ``1234.5``, ``-3`` -> ``-3``."""
+    return [_value(m.group()) for m in _NUMBER.finditer(_clean(text))]
+
+
+def show(value: Fraction) -> str:
+    """A value as written in an answer: ``18``, ``0.75``, ``1/3``."""
+    if value.denominator == 1:
+        return str(value.numerator)
+    try:
+        exact = Decimal(value.numerator) / Decimal(value.denominator)
+        if Fraction(exact) == value:
+            return format(exact.normalize(), "f")
+    except InvalidOperation:
+        pass
+    return f"{value.numerator}/{value.denominator}"
+
+
+def _hedged(text: str, answer: Fraction | None = None) -> bool:
+    """Whether ``text`` offers a second candidate with "or"/"either": a number right after the
+    word that differs from ``answer``, or (``answer`` None) from the number right before it."""
+    for m in _DISJUNCTION.finditer(text):
+        after = numbers(text[m.end():])[:1]
+        before = [answer] if answer is not None else numbers(text[: m.start()])[-1:]
+        if after and before and after[0] != before[0]:
+            return True
+    return False
+
 
 # --- GSM8K -----------------------------------------------------------------------------------
 
-_NUMBER = re.compile(r"(?<![\w.])-?\$?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|(?<![\w.])-?\$?\.\d+")
-_MARKERS = ("####", "the answer is")
+_MARKER = re.compile(r"####|\banswer(?:\*\*)?\s*(?:is\b|:|=)|\\(?:boxed|fbox)\s*(?=\{)", re.I)
 
 
-def numbers(text: str) -> list[Decimal]:
-    """Every number in ``text``, in order: ``$1,234.50`` -> ``1234.50``, ``-3`` -> ``-3``."""
-    text = text.replace("\u2212", "-")  # the Unicode minus sign
-    return [Decimal(m.group().replace(",", "").replace("$", "")) for m in _NUMBER.finditer(text)]
+@dataclass(frozen=True)
+class _Read:
+    """One marker's reading: its value (None: nothing parseable), the text after the value
+    (for the hedge rule), where the marker's text ends, and whether it ended before the output."""
+
+    value: Fraction | None
+    rest: str
+    end: int
+    closed: bool
+    boxed: bool
 
 
-def gsm8k_answer(text: str) -> Decimal | None:
-    """The predicted number: after the last ``####``, else "The answer is", else the last one."""
-    lowered = text.lower()
-    for marker in _MARKERS:
-        at = lowered.rfind(marker)
-        if at >= 0:
-            found = numbers(text[at + len(marker):])
-            if found:
-                return found[0]
-    found = numbers(text)
-    return found[-1] if found else None
+def _read(span: str, end: int, closed: bool, boxed: bool) -> _Read:
+    cleaned = _clean(span)
+    found = read_number(cleaned)
+    if found is None:
+        return _Read(None, cleaned, end, closed, boxed)
+    return _Read(found[0], cleaned[found[1]:], end, closed, boxed)
+
+
+def _read_marker(text: str, m: re.Match) -> _Read:
+    if m.group().startswith("\\"):
+        content, end = braced(text, m.end())
+        return _read(content or "", end, content is not None, True)
+    if m.group() == "####":
+        stop = text.find("\n", m.end())
+    else:
+        after = _SENTENCE_END.search(text, m.end())
+        stop = after.start() if after else -1
+    end = len(text) if stop < 0 else stop
+    return _read(text[m.end():end], end, stop >= 0, False)
+
+
+def gsm8k_extract(text: str, finish_reason: str | None = None) -> Extracted:
+    """The final number of a GSM8K output under the rules of the module docstring."""
+    reads = [_read_marker(text, m) for m in _MARKER.finditer(text)]
+    if not reads:
+        return _last_number(text, finish_reason)
+    last = reads[-1]
+    if last.value is None:
+        return Extracted(None, TRUNCATED if finish_reason == LENGTH and not last.closed else NO_ANSWER)
+    answer = show(last.value)
+    if any(r.value is not None and _hedged(r.rest, r.value) for r in reads):
+        return Extracted(answer, HEDGED, last.value)
+    later = numbers(text[last.end:])
+    if any(r.value is not None and r.value != last.value for r in reads) or (later and later[-1] != last.value):
+        return Extracted(answer, REVISED, last.value)
+    if finish_reason == LENGTH and not last.closed:
+        return Extracted(answer, TRUNCATED, last.value)
+    return Extracted(answer, BOXED if last.boxed else MARKER, last.value)
+
+
+def _last_number(text: str, finish_reason: str | None) -> Extracted:
+    if finish_reason == LENGTH:
+        return Extracted(None, TRUNCATED)
+    found = list(_NUMBER.finditer(_clean(text)))
+    if not found:
+        return Extracted(None, NO_ANSWER)
+    cleaned = _clean(text)
+    value = _value(found[-1].group())
+    ends = [m.end() for m in _SENTENCE_END.finditer(cleaned, 0, found[-1].start())]
+    sentence = cleaned[ends[-1] if ends else 0:]
+    if _hedged(sentence):
+        return Extracted(show(value), HEDGED, value)
+    return Extracted(show(value), LAST_NUMBER, value)
 
 
 def gsm8k_gold(solution: str) -> Decimal:
     """The gold number of a GSM8K reference solution (``... #### 18``)."""
     if "####" not in solution:
         raise ValueError(f"a GSM8K solution ends with '#### <number>', got {solution[-60:]!r}")
-    found = numbers(solution.rsplit("####", 1)[1])
+    found = _NUMBER.search(_clean(solution.rsplit("####", 1)[1]))
     if not found:
         raise ValueError(f"no number after '####' in {solution[-60:]!r}")
-    return found[0]
+    return Decimal(re.sub(r"[\s$,]", "", found.group()))
 
 
-def gsm8k_correct(text: str, gold: str) -> bool:
-    """Whether the prediction in ``text`` equals ``gold`` (a number, as a string) exactly."""
-    predicted = gsm8k_answer(text)
-    return predicted is not None and predicted == Decimal(gold)
+def gsm8k_correct(text: str, gold: str, finish_reason: str | None = None) -> bool:
+    """Whether ``text`` has one final number, equal to ``gold`` (a number, as a string) exactly."""
+    found = gsm8k_extract(text, finish_reason)
+    return found.rule in (MARKER, BOXED, LAST_NUMBER) and found.value == Fraction(Decimal(gold))
 
 
 # --- MATH ------------------------------------------------------------------------------------
 
 _BOX = re.compile(r"\\(?:boxed|fbox)(?![a-zA-Z])")
+_MATH_MARKER = re.compile(r"\banswer\s*(?:is\b|:)", re.I)
+
+
+def braced(text: str, i: int) -> tuple[str | None, int]:
+    r"""The content of the brace group opening at ``text[i]`` (after spaces) and the index after
+    it, or (None, len(text)) when it is unbalanced (cut off). ``\{``, ``\}`` never count."""
+    while i < len(text) and text[i] == " ":
+        i += 1
+    if i >= len(text) or text[i] != "{":
+        return None, len(text)
+    depth, j = 0, i
+    while j < len(text):
+        c = text[j]
+        if c == "\\":
+            j += 2
+            continue
+        depth += (c == "{") - (c == "}")
+        if depth == 0:
+            return text[i + 1: j], j + 1
+        j += 1
+    return None, len(text)
+
+
+def boxes(text: str) -> list[tuple[int, str | None, int]]:
+    r"""Every ``\boxed{...}``/``\fbox{...}`` (or ``\boxed 5``): (start, content or None, end)."""
+    found = []
+    for m in _BOX.finditer(text):
+        rest = text[m.end():]
+        if rest.lstrip(" ")[:1] not in ("{", ""):
+            bare = re.match(r"\s*([^\s$]*)", rest)
+            found.append((m.start(), bare.group(1) or None, m.end() + bare.end()))
+        else:
+            content, end = braced(text, m.end())
+            found.append((m.start(), content, end))
+    return found
 
 
 def last_boxed(text: str) -> str | None:
     r"""The content of the last ``\boxed{...}`` (or ``\fbox{...}``, or ``\boxed 5``), or None."""
-    starts = [m.end() for m in _BOX.finditer(text)]
-    if not starts:
-        return None
-    i = starts[-1]
-    while i < len(text) and text[i] == " ":
-        i += 1
-    if i < len(text) and text[i] != "{":  # \boxed 5: up to the next space or $
-        return re.match(r"[^\s$]*", text[i:]).group() or None
-    depth = 0
-    j = i
-    while j < len(text):
-        c = text[j]
-        if c == "\\":
-            j += 2  # an escaped character, \{ or \} included, never opens or closes
-            continue
-        depth += (c == "{") - (c == "}")
-        if depth == 0:
-            return text[i + 1 : j]
-        j += 1
-    return None  # unbalanced: cut off mid-answer
+    found = boxes(text)
+    return found[-1][1] if found else None
 
 
-def normalise_math(answer: str) -> str:
-    r"""A normal form of a MATH answer, for string comparison.
-
-    ``\dfrac``/``\tfrac`` -> ``\frac``; ``\frac12`` -> ``\frac{1}{2}``; ``\sqrt2`` -> ``\sqrt{2}``;
-    ``a/b`` of integers -> ``\frac{a}{b}``; no ``\left``/``\right``, ``\!``, ``\,``, spaces,
-    ``^\circ``, ``\$``, ``$``, ``\%``; a trailing unit ``\text{ cm}`` dropped, other ``\text{...}``
-    (and ``\textbf``, ``\mbox``, ``\mathrm``) unwrapped; ``x=5`` -> ``5`` (a name of at most two
-    characters); thousands separators and a trailing period dropped. The rules are applied until
-    nothing changes (one rule can expose another's pattern, as ``1/2.`` or ``x=y=3`` do), so the
-    normal form is a fixed point.
-    """
-    s = answer
-    for _ in range(10):
-        once = _normalise_once(s)
-        if once == s:
-            break
-        s = once
-    return s
+def math_extract(text: str, same: Callable[[str, str], bool], finish_reason: str | None = None) -> Extracted:
+    """The final answer of a MATH output; ``same(a, b)`` decides whether two boxes agree."""
+    found = boxes(text)
+    if not found:
+        return _math_marker(text, finish_reason)
+    start, answer, _ = found[-1]
+    if answer is None or not answer.strip():
+        return Extracted(None, TRUNCATED if finish_reason == LENGTH and answer is None else NO_ANSWER)
+    if _DISJUNCTION.search(answer):
+        return Extracted(answer, HEDGED)
+    for earlier_start, earlier, earlier_end in found[:-1]:
+        if earlier and earlier.strip() and not same(earlier, answer):
+            between = text[earlier_end:start]
+            joined = _DISJUNCTION.search(between) and not _SENTENCE_END.search(between)
+            return Extracted(answer, HEDGED if joined else REVISED)
+    return Extracted(answer, BOXED)
 
 
-def _normalise_once(answer: str) -> str:
-    s = answer.strip().replace("\n", " ")
-    s = re.split(r"\\(?:text|mbox)\{ ", s, maxsplit=1)[0] if re.search(r"\S\s*\\(?:text|mbox)\{ ", s) else s
-    s = re.sub(r"\\(?:text|textbf|mbox|mathrm|mathbf)\{([^{}]*)\}", r"\1", s)
-    s = re.sub(r"\\[dt]frac(?![a-zA-Z])", r"\\frac", s)
-    s = re.sub(r"\\(?:left|right)(?![a-zA-Z])", "", s)
-    s = re.sub(r"\\displaystyle(?![a-zA-Z])", "", s)
-    s = re.sub(r"\^\s*\{?\s*\\circ\s*\}?", "", s)
-    s = s.replace("\\$", "").replace("$", "").replace("\\%", "").replace("%", "")
-    s = re.sub(r"\\[!,;: ]|~", "", s).replace(" ", "")
-    s = re.sub(r"\\sqrt(\w)", r"\\sqrt{\1}", s)
-    s = re.sub(r"\\frac(\d)(\d)", r"\\frac{\1}{\2}", s)
-    s = re.sub(r"\\frac(\d)\{", r"\\frac{\1}{", s)
-    s = re.sub(r"\\frac\{([^{}]*)\}(\d)", r"\\frac{\1}{\2}", s)
-    s = re.sub(r"^(-?\d+)/(\d+)$", r"\\frac{\1}{\2}", s)
-    s = re.sub(r"^[a-zA-Z]\w?=(?!=)", "", s)
-    if re.fullmatch(r"-?\d{1,3}(,\d{3})+(\.\d+)?", s):
-        s = s.replace(",", "")
-    return s.rstrip(".")
-
-
-def _rational(s: str) -> Fraction | None:
-    r"""``s`` (normalised) as an exact rational: ``12``, ``-0.35625``, ``\frac{3}{4}``, ``-\frac{3}{4}``."""
-    m = re.fullmatch(r"(-?)\\frac\{(-?\d+)\}\{(-?\d+)\}", s)
-    try:
-        if m:
-            value = Fraction(int(m.group(2)), int(m.group(3)))
-            return -value if m.group(1) else value
-        if re.fullmatch(r"-?(\d+\.?\d*|\.\d+)", s):
-            return Fraction(Decimal(s))
-    except (ZeroDivisionError, InvalidOperation, ValueError):
-        pass
-    return None
-
-
-def _elements(s: str) -> tuple[str, list[str]] | None:
-    """A tuple or interval ``(a,b]`` as (its brackets, its top-level elements), else None."""
-    if len(s) < 2 or s[0] not in "([" or s[-1] not in ")]":
-        return None
-    parts, depth, start = [], 0, 1
-    for i, c in enumerate(s[1:-1], start=1):
-        depth += (c in "([{") - (c in ")]}")
-        if depth < 0:
-            return None  # "(1)+(2)" is not one tuple
-        if c == "," and depth == 0:
-            parts.append(s[start:i])
-            start = i + 1
-    parts.append(s[start:-1])
-    return (s[0] + s[-1], parts) if len(parts) > 1 else None
-
-
-def same_normalised(a: str, b: str) -> bool:
-    """Whether two normal forms denote the same answer (without math-verify)."""
-    if a == b:
-        return True
-    ra, rb = _rational(a), _rational(b)
-    if ra is not None and rb is not None:
-        return ra == rb
-    ea, eb = _elements(a), _elements(b)
-    if ea and eb and ea[0] == eb[0] and len(ea[1]) == len(eb[1]):
-        return all(same_normalised(normalise_math(x), normalise_math(y)) for x, y in zip(ea[1], eb[1]))
-    return False
-
-
-def math_equivalent(predicted: str, gold: str, use_math_verify: bool = True) -> bool:
-    """Whether a predicted MATH answer equals the gold one. Never raises."""
-    try:
-        if same_normalised(normalise_math(predicted), normalise_math(gold)):
-            return True
-    except Exception:  # a pathological string: fall through to math-verify, else wrong
-        pass
-    return use_math_verify and _math_verify(predicted, gold)
-
-
-def math_correct(text: str, gold: str, use_math_verify: bool = True) -> bool:
-    """Whether the last ``\\boxed{}`` of ``text`` is the gold answer. Never raises."""
-    predicted = last_boxed(text)
-    return bool(predicted and predicted.strip()) and math_equivalent(predicted, gold, use_math_verify)
-
-
-def math_verify_version() -> str | None:
-    """The installed math-verify's version, or None (it changes which answers count as equal)."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("math-verify") if math_verify_available() else None
-    except PackageNotFoundError:
-        return None
-
-
-def math_verify_available() -> bool:
-    try:
-        import math_verify  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-def _math_verify(predicted: str, gold: str) -> bool:
-    if not math_verify_available():
-        return False
-    from math_verify import parse, verify
-
-    # math-verify's timeouts use SIGALRM, which only the main thread may set.
-    timeout = 5 if threading.current_thread() is threading.main_thread() else None
-    try:
-        gold_parsed = parse("\\boxed{" + gold + "}", parsing_timeout=timeout)
-        predicted_parsed = parse("\\boxed{" + predicted + "}", parsing_timeout=timeout)
-        return bool(gold_parsed and predicted_parsed and verify(gold_parsed, predicted_parsed, timeout_seconds=timeout))
-    except Exception:  # math-verify's own errors, sympy's, or a timeout: not shown equal
-        return False
+def _math_marker(text: str, finish_reason: str | None) -> Extracted:
+    markers = list(_MATH_MARKER.finditer(text))
+    if not markers:
+        return Extracted(None, TRUNCATED if finish_reason == LENGTH else NO_ANSWER)
+    rest = text[markers[-1].end():]
+    dollars = re.match(r"[\s:*]*\$+([^$]+)\$", rest)
+    end = _SENTENCE_END.search(rest)
+    if dollars:
+        answer = dollars.group(1)
+    elif end is None and finish_reason == LENGTH:
+        return Extracted(None, TRUNCATED)
+    else:
+        answer = rest[: end.start() if end else len(rest)].strip(" :*$.")
+    if not answer.strip():
+        return Extracted(None, NO_ANSWER)
+    return Extracted(answer, HEDGED if _DISJUNCTION.search(answer) else MARKER)

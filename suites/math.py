@@ -10,27 +10,36 @@ Formats (the engine uses ``messages`` with its tokenizer's chat template when it
   annotations ``<<2*3=6>>`` removed.
 - MATH-500, plain: ``Problem: <problem>\nSolution:``. Chat: ``<problem>\n\n<MATH_INSTRUCTION>``.
 
-Scoring is in :mod:`suites.answers`. Prompt ids: ``gsm8k/<line index from 0>`` and
+Stop strings (``Prompt.stop``, and the scorer cuts at them whatever the engine did): GSM8K
+``Question:``, MATH-500 ``Problem:``, where a model on a plain prompt starts the next problem.
+Extraction is in :mod:`suites.answers`, MATH equivalence in :mod:`suites.equivalence`; both
+are described in docs/scoring.md. Prompt ids: ``gsm8k/<line index from 0>`` and
 ``math500/<unique_id without "test/" and ".json">`` (``math500/precalculus/807``).
 """
 from __future__ import annotations
 
 import re
+from decimal import Decimal
+from fractions import Fraction
 from typing import Any, Mapping, Sequence
 
-from pytest_redline.suites.answers import gsm8k_correct, gsm8k_gold, math_correct, math_verify_version
-from pytest_redline.suites.base import Prompt, chat
+from pytest_redline.suites.answers import gsm8k_extract, gsm8k_gold, math_extract
+from pytest_redline.suites.base import Judgement, Prompt, chat, judged
+from pytest_redline.suites.equivalence import math_equivalent, math_verify_version, warn_once_without_math_verify
 from pytest_redline.suites.records import check_int, data_path, read_records, reject_unknown, select
 from pytest_redline.suites.union import Union, part_args
 
 GSM8K_INSTRUCTION = 'Solve the problem step by step. End with the final answer, a number, after "####".'
 MATH_INSTRUCTION = "Solve the problem step by step. Put the final answer in \\boxed{}."
+RULES = "one answer or none (2)"  # the revision of the scoring rules (docs/scoring.md): part of the scoring version
 
 
 class GSM8K:
     """GSM8K test problems; ``few_shot`` (0-8) solved examples before each."""
 
     name = "gsm8k"
+    stop = ("Question:",)
+    rules = RULES
 
     def __init__(self, *, path: str | None = None, seed: int | None = None, count: int | None = None,
                  ids: Sequence[str | int] | None = None, few_shot: int = 0, **unknown: Any):
@@ -54,11 +63,12 @@ class GSM8K:
     def prompts(self) -> list[Prompt]:
         return list(self._prompts)
 
+    def judge(self, prompt: Prompt, text: str, finish_reason: str | None = None) -> Judgement:
+        gold = Fraction(Decimal(prompt.meta["answer"]))
+        return judged(text, self.stop, finish_reason, gsm8k_extract, lambda found: found.value == gold)
+
     def score(self, prompt: Prompt, text: str) -> bool:
-        try:
-            return gsm8k_correct(text, prompt.meta["answer"])
-        except Exception:  # malformed output is wrong, never an error
-            return False
+        return self.judge(prompt, text).correct
 
 
 def _readable(solution: str) -> str:
@@ -72,7 +82,7 @@ def _gsm8k_prompt(id: str, question: str, gold: str, examples: Sequence[tuple[st
     for q, s in examples:
         messages += [{"role": "user", "content": f"{q}\n\n{GSM8K_INSTRUCTION}"}, {"role": "assistant", "content": s}]
     messages += chat(f"{question}\n\n{GSM8K_INSTRUCTION}")
-    return Prompt(id=id, text=text, messages=tuple(messages), meta={"answer": gold})
+    return Prompt(id=id, text=text, messages=tuple(messages), meta={"answer": gold}, stop=GSM8K.stop)
 
 
 class MATH500:
@@ -83,6 +93,8 @@ class MATH500:
     """
 
     name = "math500"
+    stop = ("Problem:",)
+    rules = RULES
 
     def __init__(self, *, path: str | None = None, seed: int | None = None, count: int | None = None,
                  ids: Sequence[str | int] | None = None, math_verify: bool = True, **unknown: Any):
@@ -90,13 +102,15 @@ class MATH500:
         if not isinstance(math_verify, bool):
             raise ValueError(f"suite {self.name!r}: suite_args.math_verify: expected true or false, got {math_verify!r}")
         self.math_verify = math_verify
+        if math_verify:
+            warn_once_without_math_verify()
         prompts = []
         for record in read_records(data_path(path, "math500.jsonl")):
             problem, answer = record.get("problem"), record.get("answer")
             key = re.sub(r"^test/|\.json$", "", record.get("unique_id"))
             meta = {"answer": answer, "subject": record.get("subject", str, None), "level": record.get("level", int, None)}
             prompts.append(Prompt(id=f"{self.name}/{key}", text=f"Problem: {problem}\nSolution:",
-                                  messages=chat(f"{problem}\n\n{MATH_INSTRUCTION}"), meta=meta))
+                                  messages=chat(f"{problem}\n\n{MATH_INSTRUCTION}"), meta=meta, stop=self.stop))
         self._prompts = select(prompts, self.name, seed=seed, count=count, ids=ids)
 
     def prompts(self) -> list[Prompt]:
@@ -108,11 +122,16 @@ class MATH500:
         installed = math_verify_version()
         return f"math-verify {installed}" if self.math_verify and installed else "math-verify not used"
 
+    def same(self, predicted: str, gold: str) -> bool:
+        return math_equivalent(predicted, gold, use_math_verify=self.math_verify)
+
+    def judge(self, prompt: Prompt, text: str, finish_reason: str | None = None) -> Judgement:
+        gold = prompt.meta["answer"]
+        return judged(text, self.stop, finish_reason, lambda t, f: math_extract(t, self.same, f),
+                      lambda found: self.same(found.answer, gold))
+
     def score(self, prompt: Prompt, text: str) -> bool:
-        try:
-            return math_correct(text, prompt.meta["answer"], use_math_verify=self.math_verify)
-        except Exception:  # malformed output is wrong, never an error
-            return False
+        return self.judge(prompt, text).correct
 
 
 def MathSuite(*, gsm8k: Mapping[str, Any] | None = None, math500: Mapping[str, Any] | None = None,

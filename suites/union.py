@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from pytest_redline.suites.base import Prompt, Suite
+from pytest_redline.suites.base import Judgement, Prompt, Suite, judge
 from pytest_redline.suites.records import select
 
 
@@ -28,6 +28,11 @@ class Union:
         """The parts' scoring versions (part of the outcome store's key)."""
         return "; ".join(f"{name}: {getattr(part, 'version', '')}" for name, part in self.parts.items())
 
+    @property
+    def rules(self) -> str:
+        """The parts' scoring-rule revisions (with ``version``, the scoring version)."""
+        return "; ".join(f"{name}: {getattr(part, 'rules', '')}" for name, part in self.parts.items())
+
     def part(self, prompt: Prompt) -> Any:
         prefix = prompt.id.split("/", 1)[0]
         if prefix not in self.parts:
@@ -36,6 +41,10 @@ class Union:
 
     def score(self, prompt: Prompt, text: str) -> bool:
         return self.part(prompt).score(prompt, text)
+
+    def judge(self, prompt: Prompt, text: str, finish_reason: str | None = None) -> Judgement:
+        """The part's judgement (its plain ``score`` as one when it has no ``judge``)."""
+        return judge(self.part(prompt), prompt, text, finish_reason)
 
 
 def part_args(suite: str, key: str, value: Mapping[str, Any] | None) -> dict[str, Any]:

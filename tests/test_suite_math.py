@@ -11,7 +11,8 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from pytest_redline.suites.answers import gsm8k_answer, last_boxed, math_equivalent, math_verify_available, normalise_math
+from pytest_redline.suites.answers import gsm8k_extract, last_boxed
+from pytest_redline.suites.equivalence import math_equivalent, math_verify_available, normalise_math
 from pytest_redline.suites.base import Suite
 from pytest_redline.suites.math import GSM8K, MATH500, MathSuite
 from pytest_redline.suites.records import DATA
@@ -63,13 +64,12 @@ def test_wrong_perturbed_answer_gsm8k():
     ("It is 5 now. The answer is 18 dollars.", "18"),
     ("The answer is: -3.", "-3"),
     ("He had 5 apples, then 12, then 7 left", "7"),
-    ("The answer is 4. Hmm, 6 maybe? #### 9", "9"),
     ("#### no number here, but the answer is 21", "21"),
     ("The answer is .5", "0.5"),
     ("Total: 1,450,000 eggs.", "1450000"),
 ])
 def test_extract_rules_gsm8k(text, number):
-    assert gsm8k_answer(text) == type(gsm8k_answer("1"))(number)
+    assert gsm8k_extract(text).answer == number
 
 
 @settings(max_examples=60)
