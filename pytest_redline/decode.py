@@ -35,6 +35,7 @@ from pytest_redline import __version__
 from pytest_redline.calibration import Calibration
 from pytest_redline.enginebook import EngineBook
 from pytest_redline.schedule import EARLY_STOP, REFERENCE_WRONG, CandidateRun, Schedule
+from pytest_redline.scoring import engine_prompts, rescored, scoring_version, stop_identity, verdict
 from pytest_redline.store import OutcomeStore, StoredOutcome, content_key
 
 PROGRESS_EVERY_S = 5.0  # at most this long without a progress line while decoding (plus one batch)
@@ -112,6 +113,9 @@ class Decoder:
         self._runs: dict[str, CandidateRun | None] = {}
         self._ran: dict[str, set[int]] = {}
         self._recorded: dict[str, dict[int, StoredOutcome]] = {}
+        identity = _suite_identity(cal)
+        self.scoring = scoring_version(cal, identity["scorer"] if identity else "")
+        self.rescored = 0  # stored outcomes judged again because the scoring changed
 
     # ------------------------------------------------------------------ public
 
@@ -222,16 +226,21 @@ class Decoder:
         size, n = self.batch_size, self.cal.n
         return [Batch(b + 1, tuple(range(b * size, min(n, (b + 1) * size)))) for b in sorted({i // size for i in indices})]
 
-    def _keys(self, config: str, batch: Batch) -> list[str]:
+    def _keys(self, config: str, batch: Batch, legacy: bool = False) -> list[str]:
+        """The outcome keys of a batch: what decoding depends on, stop strings included, and
+        not the scoring version (``legacy``: the keys of stores written before, which had it)."""
         prompts = [self.cal.prompts[i] for i in batch.prompts]
+        suite = _suite_identity(self.cal)
         shared = {
             "engine": self.engines.identity(*self.cal.engines[config]),
             "params": self.cal.params[config],
-            "suite": _suite_identity(self.cal),
+            "suite": suite if legacy or suite is None else {k: v for k, v in suite.items() if k != "version"},
             "batch": {"size": self.batch_size, "prompts": [p.id for p in prompts]},
             "package": __version__,
         }
-        return [content_key({**shared, "prompt": _prompt_identity(p)}) for p in prompts]
+        if legacy:
+            return [content_key({**shared, "prompt": _prompt_identity(p)}) for p in prompts]
+        return [content_key({**shared, "prompt": _prompt_identity(p), "stop": stop_identity(self.cal, p)}) for p in prompts]
 
     def _get(self, config: str, batches: Sequence[Batch], tracker: "_Progress | None" = None) -> None:
         if config in self._config_errors:
@@ -264,10 +273,34 @@ class Decoder:
     def _load(self, config: str, batch: Batch, keys: list[str]) -> bool:
         """Take what the store has of this batch; True when it has all of it."""
         found = self.store.get(keys)
+        if len(found) < len(keys):
+            found.update(self._legacy(config, batch, keys, found))
         for i, key in zip(batch.prompts, keys):
             if key in found:
-                self._outcomes[config][i] = found[key]
+                self._outcomes[config][i] = self._current(key, self.cal.prompts[i], found[key])
         return len(found) == len(keys)
+
+    def _legacy(self, config: str, batch: Batch, keys: list[str], found: Mapping[str, StoredOutcome]) -> dict[str, StoredOutcome]:
+        """Outcomes of a store written before the key left the scoring version out, copied to
+        their keys: only for prompts decoded without engine-side stops, as they were then."""
+        copied = {}
+        stops = [p.stop for p in engine_prompts(self.cal, [self.cal.prompts[i] for i in batch.prompts])]
+        old = dict(zip(keys, self._keys(config, batch, legacy=True)))
+        wanted = {old[k]: k for k, stop in zip(keys, stops) if k not in found and not stop}
+        for old_key, outcome in self.store.get(wanted).items():
+            self.store.put(wanted[old_key], outcome, grid=self.cal.grid.name, config=config)
+            copied[wanted[old_key]] = outcome
+        return copied
+
+    def _current(self, key: str, prompt: Any, outcome: StoredOutcome) -> StoredOutcome:
+        """A stored outcome under the current scoring: judged again (and updated in the store)
+        when the scoring version changed; nothing is decoded."""
+        again = rescored(self.cal, prompt, outcome, self.scoring)
+        if again is None:
+            return outcome
+        self.store.rescore(key, again)
+        self.rescored += 1
+        return again
 
     def _run_leased(self, config: str, batch: Batch, keys: list[str]) -> bool:
         """Decode the batch under its lease; False when another live process holds it."""
@@ -288,7 +321,7 @@ class Decoder:
         start = time.monotonic()
         try:
             engine = self.engines.get(engine_name, engine_args)
-            generations = self._generate(engine, prompts, self.cal.params[config])
+            generations = self._generate(engine, engine_prompts(self.cal, prompts), self.cal.params[config])
             if len(generations) != len(prompts):
                 raise ValueError(f"returned {len(generations)} generations for {len(prompts)} prompts")
         except Exception as e:
@@ -334,14 +367,8 @@ class Decoder:
     def _score(self, prompt: Any, generation: Any) -> StoredOutcome:
         if not isinstance(generation.text, str):
             raise TypeError(f"Generation.text must be a str, got {type(generation.text).__name__}")
-        if generation.correct is not None:
-            correct = bool(generation.correct)
-        elif self.cal.suite is None:
-            raise ValueError("the engine set no `correct` and the grid has no suite to score the text")
-        else:
-            correct = bool(self.cal.suite.score(prompt, generation.text))
         return StoredOutcome(
-            correct=correct,
+            **verdict(self.cal, prompt, generation, self.scoring),
             tokens=_number(generation.tokens, "tokens"),
             forwards=_number(generation.forwards, "forwards"),
             extra={str(k): _number(v, f"extra[{k!r}]") for k, v in dict(generation.extra).items()},

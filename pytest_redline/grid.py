@@ -25,7 +25,7 @@ from pytest_redline.checks import in_open_unit
 
 KEYS = (
     "name", "suite", "suite_args", "engine", "engine_args", "cost", "direction",
-    "reference", "configs", "deploy", "delta", "batch_size", "timeout",
+    "reference", "configs", "deploy", "delta", "batch_size", "timeout", "engine_stops",
 )
 CONFIG_ENGINE_KEYS = ("engine", "engine_args")
 PATH_KEYS = frozenset({"model", "outcomes", "path", "data", "draft", "target", "trace"})
@@ -71,6 +71,7 @@ class Grid:
     delta: float | None
     batch_size: int
     timeout: float | None
+    engine_stops: bool = True  # engines stop at the suite's stop strings (the scorer cuts there anyway)
 
     @property
     def lower_is_better(self) -> bool:
@@ -159,6 +160,7 @@ class _Reader:
             delta=self.delta(),
             batch_size=self.batch_size(),
             timeout=self.timeout(),
+            engine_stops=self.flag("engine_stops", True),
         )
         if configs is not None:
             grid.check_names(tuple(c.name for c in configs))
@@ -222,6 +224,12 @@ class _Reader:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 < value < math.inf:
             raise self.fail("timeout", f"expected a number of seconds > 0, got {_show(value)}")
         return float(value)
+
+    def flag(self, key: str, default: bool) -> bool:
+        value = self.data.get(key, default)
+        if not isinstance(value, bool):
+            raise self.fail(key, f"expected true or false, got {_show(value)}")
+        return value
 
     def configs(self) -> tuple[ConfigSpec, ...] | None:
         value = self.data.get("configs")

@@ -136,10 +136,19 @@ def regression_lines(v: GridVerdict, verbosity: int) -> list[str]:
     if verbosity >= 1:
         limit = None if verbosity >= 2 else ANSWER_CHARS
         for reg in regressions:
-            lines.append(f"  REGRESSED {reg['config']}::{reg['prompt']}")
+            lines.append(f"  REGRESSED {reg['config']}::{reg['prompt']}{_scored(reg)}")
             lines.append(f"    reference answer: {_clip(reg['reference_answer'], limit)}")
             lines.append(f"    candidate answer: {_clip(reg['candidate_answer'], limit)}")
     return lines
+
+
+def _scored(reg: dict) -> str:
+    """What the scorer read in both texts: `` (reference 18 by marker, candidate none: revised)``."""
+    if {reg.get("reference_rule"), reg.get("candidate_rule")} <= {None, "", "score"}:
+        return ""  # a suite without judge() (rule "score"), or outcomes stored before rules were recorded
+    reference, candidate = reg.get("reference_extracted"), reg.get("candidate_extracted")
+    return (f" (reference {reference if reference is not None else 'none'} by {reg.get('reference_rule') or '?'}, "
+            f"candidate {candidate if candidate is not None else 'none'}: {reg.get('candidate_rule') or '?'})")
 
 
 def grid_verdict(v: GridVerdict) -> str:

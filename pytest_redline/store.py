@@ -6,8 +6,12 @@
   outcome that finished is on disk even if the process is killed the next instant.
 - Shared: xdist workers on one host write to it concurrently (busy timeout 30 s), and
   take *leases* on batches so that each batch is decoded by one process only.
-- Checked on open: a file that is not ours, is corrupt, or has another schema version is
-  a :class:`StoreError` naming the file; it is never silently trusted or overwritten.
+- Checked on open: a file that is not ours, is corrupt, or has a newer schema version is
+  a :class:`StoreError` naming the file; it is never silently trusted or overwritten. A file
+  of schema 1 is migrated to 2 in one transaction (it gains the columns of the scoring: the
+  answer, the rule, the finish reason and the scoring version, empty for old rows).
+- Re-scorable: a row keeps the generated text and its finish reason, so when only the
+  scoring changes its verdict is updated in place (:meth:`OutcomeStore.rescore`).
 """
 from __future__ import annotations
 
@@ -24,17 +28,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 APPLICATION = "pytest-redline outcome store"
 FILENAME = "outcomes.sqlite"
 BUSY_TIMEOUT_S = 30.0
 _SCHEMA = (
     "CREATE TABLE redline_schema (application TEXT NOT NULL, version INTEGER NOT NULL)",
     "CREATE TABLE outcomes (key TEXT PRIMARY KEY, grid TEXT, config TEXT, prompt TEXT, correct INTEGER NOT NULL,"
-    " tokens REAL, forwards REAL, extra TEXT NOT NULL, text TEXT NOT NULL, session TEXT NOT NULL, created REAL NOT NULL)",
+    " tokens REAL, forwards REAL, extra TEXT NOT NULL, text TEXT NOT NULL, session TEXT NOT NULL, created REAL NOT NULL,"
+    " answer TEXT, rule TEXT NOT NULL DEFAULT '', finish_reason TEXT, scoring TEXT NOT NULL DEFAULT '')",
     "CREATE TABLE leases (key TEXT PRIMARY KEY, owner TEXT NOT NULL, host TEXT NOT NULL, pid INTEGER NOT NULL,"
     " taken REAL NOT NULL)",
 )
+_MIGRATE_1 = tuple(f"ALTER TABLE outcomes ADD COLUMN {column}" for column in
+                   ("answer TEXT", "rule TEXT NOT NULL DEFAULT ''", "finish_reason TEXT", "scoring TEXT NOT NULL DEFAULT ''"))
+_COLUMNS = "correct, tokens, forwards, extra, text, session, answer, rule, finish_reason, scoring"
 
 
 class StoreError(Exception):
@@ -46,6 +54,9 @@ class StoredOutcome:
     """One prompt's outcome under one config. ``tokens``/``forwards`` are None when unknown.
 
     ``session`` identifies the session that decoded it (to tell reused from fresh outcomes).
+    ``answer`` and ``rule`` are the final answer the scorer extracted and the rule that decided
+    (:mod:`pytest_redline.suites.base`), ``finish_reason`` the generation's, and ``scoring``
+    the scoring version that gave ``correct`` (``"engine"``: the engine set it).
     """
 
     correct: bool
@@ -54,6 +65,10 @@ class StoredOutcome:
     extra: Mapping[str, float] = field(default_factory=dict)
     text: str = ""
     session: str = ""
+    answer: str | None = None
+    rule: str = ""
+    finish_reason: str | None = None
+    scoring: str = ""
 
 
 def content_key(parts: Mapping[str, Any]) -> str:
@@ -114,6 +129,8 @@ class OutcomeStore:
         if len(rows) != 1 or rows[0][0] != APPLICATION:
             raise self._error(f"a foreign or damaged schema table ({rows!r})")
         version = rows[0][1]
+        if version == 1:
+            version = self._migrate_1()
         if version != SCHEMA_VERSION:
             newer = "a newer" if version > SCHEMA_VERSION else "an older"
             raise self._error(f"written by {newer} pytest-redline (schema {version}, this one reads {SCHEMA_VERSION})")
@@ -122,6 +139,17 @@ class OutcomeStore:
             raise self._error(f"damaged: tables {', '.join(sorted(missing))} are missing")
         self._con.execute("PRAGMA journal_mode = WAL")
         self._con.execute("PRAGMA synchronous = NORMAL")
+
+    def _migrate_1(self) -> int:
+        """Schema 1 -> 2 in one transaction (another process may have migrated meanwhile)."""
+        with self._immediate():
+            version = self._con.execute("SELECT version FROM redline_schema").fetchone()[0]
+            if version == 1:
+                for statement in _MIGRATE_1:
+                    self._con.execute(statement)
+                self._con.execute("UPDATE redline_schema SET version = 2")
+                version = 2
+        return version
 
     def _tables(self) -> set[str]:
         return {row[0] for row in self._con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
@@ -146,22 +174,28 @@ class OutcomeStore:
         for start in range(0, len(keys), 500):
             part = keys[start:start + 500]
             rows = self._con.execute(
-                "SELECT key, correct, tokens, forwards, extra, text, session FROM outcomes"
-                f" WHERE key IN ({','.join('?' * len(part))})",
-                part,
-            )
-            for key, correct, tokens, forwards, extra, text, session in rows:
-                found[key] = StoredOutcome(bool(correct), tokens, forwards, json.loads(extra), text, session)
+                f"SELECT key, {_COLUMNS} FROM outcomes WHERE key IN ({','.join('?' * len(part))})", part)
+            for key, correct, tokens, forwards, extra, text, session, answer, rule, finish, scoring in rows:
+                found[key] = StoredOutcome(bool(correct), tokens, forwards, json.loads(extra), text, session,
+                                           answer, rule, finish, scoring)
         return found
 
     def put(self, key: str, outcome: StoredOutcome, *, grid: str = "", config: str = "", prompt: str = "") -> None:
         """Commit one outcome (the labels only help a human reading the file)."""
         with self._immediate():
             self._con.execute(
-                "INSERT OR IGNORE INTO outcomes VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (key, grid, config, prompt, int(outcome.correct), outcome.tokens, outcome.forwards,
-                 json.dumps(dict(outcome.extra), sort_keys=True), outcome.text, outcome.session, time.time()),
+                f"INSERT OR IGNORE INTO outcomes (key, grid, config, prompt, created, {_COLUMNS})"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (key, grid, config, prompt, time.time(), int(outcome.correct), outcome.tokens, outcome.forwards,
+                 json.dumps(dict(outcome.extra), sort_keys=True), outcome.text, outcome.session,
+                 outcome.answer, outcome.rule, outcome.finish_reason, outcome.scoring),
             )
+
+    def rescore(self, key: str, outcome: StoredOutcome) -> None:
+        """Replace the verdict of a stored outcome (its text, costs and session stay)."""
+        with self._immediate():
+            self._con.execute("UPDATE outcomes SET correct = ?, answer = ?, rule = ?, scoring = ? WHERE key = ?",
+                              (int(outcome.correct), outcome.answer, outcome.rule, outcome.scoring, key))
 
     def count(self) -> int:
         return self._con.execute("SELECT COUNT(*) FROM outcomes").fetchone()[0]

@@ -12,8 +12,9 @@ GSM8K (:func:`gsm8k_extract`), a number:
   an arithmetic chain starting there: ``15 + 3 = 18`` gives 18, ``6 * 3`` gives 18, ``3/4`` is
   a fraction. A marker followed by anything else ("The answer is nineteen.") has no answer.
 - The last marker decides, and it must have an answer: it never falls back to another number.
-  Every marker with an answer must agree with it, and after the last marker's sentence the
-  last number written (if any) must be the answer too; otherwise the output was ``revised``.
+  Every marker with an answer must agree with it, and after the answer the last number
+  written (if any, outside parentheses in the answer's own sentence) must be the answer too;
+  otherwise the output was ``revised`` ("#### 18 Hmm, 15.", "The answer is 18. Wait, ... 15.").
 - Two different numbers joined by "or"/"either" in the answer's sentence (or box) are a hedge.
 - Without a marker, an output that ended on its own (EOS or a stop string) is read by its last
   number, with the same hedge rule on its last sentence; one that hit the token limit
@@ -241,7 +242,7 @@ def gsm8k_extract(text: str, finish_reason: str | None = None) -> Extracted:
     answer = show(last.value)
     if any(r.value is not None and _hedged(r.rest, r.value) for r in reads):
         return Extracted(answer, HEDGED, last.value)
-    later = numbers(text[last.end:])
+    later = numbers(re.sub(r"\([^()]*\)", " ", last.rest) + "\n" + text[last.end:])  # (6 x 3) explains
     if any(r.value is not None and r.value != last.value for r in reads) or (later and later[-1] != last.value):
         return Extracted(answer, REVISED, last.value)
     if finish_reason == LENGTH and not last.closed:

@@ -184,7 +184,7 @@ def test_refuses_other_schema_versions(tmp_path: Path) -> None:
     OutcomeStore(tmp_path / FILENAME).close()
     with sqlite3.connect(tmp_path / FILENAME) as con:
         con.execute("UPDATE redline_schema SET version = 0")
-    with pytest.raises(StoreError, match=r"written by an older pytest-redline \(schema 0, this one reads 1\)"):
+    with pytest.raises(StoreError, match=r"written by an older pytest-redline \(schema 0, this one reads 2\)"):
         OutcomeStore(tmp_path / FILENAME)
 
 
