@@ -1,8 +1,8 @@
 """The controller's record of what each grid item produced, from the test reports.
 
-Every item carries its identity and outcome as user properties (``grid``, ``config``,
-``prompt``, ``correct``, ``tokens``, ``forwards``, ...), so the reports alone, serial or
-sent by xdist workers, tell the controller each outcome. An item the schedule skipped on
+Every item carries its identity and outcome as user properties, written and read as one
+:class:`~pytest_redline.record.ItemRecord`, so the reports alone, serial or sent by xdist
+workers, tell the controller each outcome. An item the schedule skipped on
 purpose carries ``scheduled`` (why) and, in a replayed grid, its recorded outcome; it is
 not missing. Any other expected item without an outcome is *missing*, with a reason:
 errored, skipped, deselected, or not run.
@@ -14,20 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 from pytest_redline.calibration import Calibration
+from pytest_redline.record import ItemRecord
 
 REASONS = ("errored", "skipped", "deselected", "not run")
-
-
-@dataclass(frozen=True)
-class Entry:
-    """One item's outcome as its report carried it."""
-
-    correct: bool
-    tokens: float
-    forwards: float
-    extra: Mapping[str, float]
-    source: str  # "store" (reused) or "decoded" (this session)
-    regression: dict[str, str] | None
 
 
 @dataclass(frozen=True)
@@ -35,7 +24,7 @@ class Skip:
     """An item the schedule skipped on purpose."""
 
     reason: str  # schedule.REFERENCE_WRONG, CANNOT or CERTAIN
-    recorded: Entry | None  # a replayed grid's outcome (it costs nothing); None when live
+    recorded: ItemRecord | None  # a replayed grid's outcome (it costs nothing); None when live
 
 
 @dataclass(frozen=True)
@@ -50,7 +39,7 @@ class GridRecord:
     """What one grid's items produced: outcomes in grid order, or what is missing."""
 
     cal: Calibration
-    entries: Mapping[tuple[str, str], Entry]
+    entries: Mapping[tuple[str, str], ItemRecord]  # the items that ran, each with its outcome
     missing: tuple[Missing, ...]
     skips: Mapping[tuple[str, str], Skip] = field(default_factory=dict)
 
@@ -64,9 +53,9 @@ class GridRecord:
     def regressions(self) -> list[dict[str, str]]:
         """Regressions in grid order (configs, then prompts), however the reports arrived."""
         ordered = (self.entries.get((c, p.id)) for c in self.cal.configs for p in self.cal.prompts)
-        return [e.regression for e in ordered if e is not None and e.regression is not None]
+        return [e.regression_detail() for e in ordered if e is not None and e.regression]
 
-    def outcome(self, config: str, prompt: str) -> Entry | None:
+    def outcome(self, config: str, prompt: str) -> ItemRecord | None:
         """The outcome of an item that ran, else a skipped item's recorded one, else None."""
         entry = self.entries.get((config, prompt))
         if entry is None and (config, prompt) in self.skips:
@@ -84,20 +73,19 @@ class GridRecord:
         from pytest_redline.outcomes import OutcomeTable
 
         cal = self.cal
-        blank = Entry(False, math.nan, math.nan, {}, "", None)
         pick = (lambda c, p: self.entries.get((c, p))) if ran_only else self.outcome
         rows = [[pick(c, p.id) for p in cal.prompts] for c in cal.configs]
         if not ran_only and any(e is None for row in rows for e in row):
             return None
-        rows = [[blank if e is None else e for e in row] for row in rows]
-        columns = sorted({k for row in rows for e in row for k in e.extra})
+        rows = [[ItemRecord.blank(c, p.id) if e is None else e for p, e in zip(cal.prompts, row)] for c, row in zip(cal.configs, rows)]
+        columns = sorted({k for row in rows for e in row for k in e.extra or {}})
         return OutcomeTable(
             configs=cal.configs,
             prompts=tuple(p.id for p in cal.prompts),
             correct=np.array([[e.correct for e in row] for row in rows], dtype=bool),
             tokens=np.array([[e.tokens for e in row] for row in rows], dtype=float),
             forwards=np.array([[e.forwards for e in row] for row in rows], dtype=float),
-            extra={k: np.array([[e.extra.get(k, math.nan) for e in row] for row in rows], dtype=float) for k in columns},
+            extra={k: np.array([[(e.extra or {}).get(k, math.nan) for e in row] for row in rows], dtype=float) for k in columns},
             source=f"{cal.label} (this session's outcomes)",
         )
 
@@ -122,34 +110,28 @@ class GridRecord:
         return sum(skip.reason == reason for skip in self.skips.values())
 
 
-def is_regression(report: Any) -> bool:
-    """A passed call whose item regressed (reference right, candidate wrong)."""
-    return report.when == "call" and report.passed and ("regression", True) in map(tuple, report.user_properties)
-
-
 class Ledger:
     def __init__(self, calibrations: Iterable[Calibration]) -> None:
         self._cals = {cal.label: cal for cal in calibrations}
-        self._entries: dict[str, dict[tuple[str, str], Entry]] = {label: {} for label in self._cals}
+        self._entries: dict[str, dict[tuple[str, str], ItemRecord]] = {label: {} for label in self._cals}
         self._problems: dict[str, dict[tuple[str, str], str]] = {label: {} for label in self._cals}
         self._deselected: dict[str, set[tuple[str, str]]] = {label: set() for label in self._cals}
         self._skips: dict[str, dict[tuple[str, str], Skip]] = {label: {} for label in self._cals}
 
     def record(self, report: Any) -> None:
         """Take one test report (any phase); reports of other tests are ignored."""
-        props = dict(report.user_properties)
-        label = props.get("grid")
-        if label not in self._cals:
+        record = ItemRecord.from_properties(report.user_properties)
+        if record is None or record.grid not in self._cals:
             return
-        key = (props["config"], props["prompt"])
+        label, key = record.grid, record.key
         if report.failed:
             self._problems[label][key] = "errored"
-        elif report.skipped and "scheduled" in props:
-            self._skips[label][key] = Skip(props["scheduled"], _entry(props) if "correct" in props else None)
+        elif report.skipped and record.scheduled is not None:
+            self._skips[label][key] = Skip(record.scheduled, record if record.has_outcome else None)
         elif report.skipped:
             self._problems[label].setdefault(key, "skipped")
         elif report.when == "call":
-            self._entries[label][key] = _entry(props)
+            self._entries[label][key] = record
 
     def deselect(self, ids: Iterable[Iterable[str]]) -> None:
         """Items deselected (-k, -m, --lf, ...), as (grid, config, prompt) triples."""
@@ -171,22 +153,3 @@ class Ledger:
                     missing.append(Missing(config, prompt.id, reason))
         ok = {k: e for k, e in entries.items() if k not in problems}
         return GridRecord(cal, ok, tuple(missing), {k: s for k, s in skips.items() if k not in problems})
-
-
-def _entry(props: Mapping[str, Any]) -> Entry:
-    regression = None
-    if props.get("regression"):
-        regression = {
-            "config": props["config"],
-            "prompt": props["prompt"],
-            "reference_answer": props.get("reference_answer", ""),
-            "candidate_answer": props.get("candidate_answer", ""),
-        }
-    return Entry(
-        correct=bool(props["correct"]),
-        tokens=math.nan if props.get("tokens") is None else float(props["tokens"]),
-        forwards=math.nan if props.get("forwards") is None else float(props["forwards"]),
-        extra=dict(props.get("extra") or {}),
-        source=props.get("source", "decoded"),
-        regression=regression,
-    )

@@ -6,14 +6,20 @@ engine or scorer failure is an *error*; an item the schedule skips on purpose is
 with the reason (a replayed grid's carries its recorded outcome). ``runtest`` never
 fails: a regression (reference right, candidate wrong) passes with its own status, and the
 verdict comes at session end.
+
+Each item keeps an :class:`~pytest_redline.record.ItemRecord` (identity from collection on,
+the outcome once it has one) and publishes it as its ``user_properties``, which the
+controller's ledger reads back from the reports.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import dataclasses
+from typing import TYPE_CHECKING, Any, Iterable
 
 import pytest
 
 from pytest_redline.decode import DecodeError, Skipped
+from pytest_redline.record import ItemRecord, PromptKey, publish
 
 if TYPE_CHECKING:
     from pytest_redline.calibration import Calibration
@@ -49,8 +55,17 @@ class PromptItem(pytest.Item):
     def __init__(self, *, gate: "Gate", cal: "Calibration", config_name: str, index: int, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.gate, self.cal, self.config_name, self.index = gate, cal, config_name, index
-        self.user_properties += [("grid", cal.label), ("config", config_name), ("prompt", cal.prompts[index].id)]
+        self.record = ItemRecord(cal.label, config_name, cal.prompts[index].id)
+        publish(self.user_properties, self.record)
         self.candidate_outcome = self.reference_outcome = None
+
+    @property
+    def key(self) -> PromptKey:
+        return PromptKey(self.cal.label, self.config_name, self.record.prompt, self.index)
+
+    def _publish(self, record: ItemRecord) -> None:
+        self.record = record
+        publish(self.user_properties, record)
 
     @property
     def is_reference(self) -> bool:
@@ -63,9 +78,8 @@ class PromptItem(pytest.Item):
             self.candidate_outcome = decoder.outcome(self.config_name, self.index)
             return
         except Skipped as s:  # on purpose: the schedule decided this outcome cannot change the verdict
-            self.user_properties.append(("scheduled", s.reason))
-            if s.recorded is not None:
-                self.user_properties += _outcome_properties(s.recorded, "recorded")
+            record = dataclasses.replace(self.record, scheduled=s.reason)
+            self._publish(record if s.recorded is None else record.with_outcome(s.recorded, "recorded"))
             skipped, message = True, s.message
         except DecodeError as e:  # an error of this item: in full the first time, then a pointer to it
             skipped, message = False, self.gate.explain(e, self.nodeid, verbose=self.config.get_verbosity() > 0)
@@ -75,22 +89,18 @@ class PromptItem(pytest.Item):
 
     def runtest(self) -> None:
         out, ref = self.candidate_outcome, self.reference_outcome
-        self.user_properties += _outcome_properties(out, "decoded" if out.session == self.gate.session_id else "store")
+        record = self.record.with_outcome(out, "decoded" if out.session == self.gate.session_id else "store")
         if not self.is_reference:
-            regressed = ref.correct and not out.correct
-            self.user_properties.append(("regression", regressed))
+            regressed = bool(ref.correct and not out.correct)
+            record = dataclasses.replace(record, regression=regressed)
             if regressed:
-                self.user_properties += [("reference_answer", ref.text), ("candidate_answer", out.text)]
+                record = dataclasses.replace(record, reference_answer=ref.text, candidate_answer=out.text)
+        self._publish(record)
 
     def reportinfo(self):
         return self.path, None, f"redline {self.cal.grid.name}: {self.config_name} on {self.name}"
 
 
-def _outcome_properties(out: Any, source: str) -> list[tuple[str, Any]]:
-    return [
-        ("correct", out.correct),
-        ("tokens", out.tokens),
-        ("forwards", out.forwards),
-        ("extra", dict(out.extra)),
-        ("source", source),
-    ]
+def prompt_keys(items: Iterable[pytest.Item]) -> list[PromptKey]:
+    """The keys of the grid items among ``items`` (what the gate plans and deselects by)."""
+    return [item.key for item in items if isinstance(item, PromptItem)]

@@ -56,17 +56,21 @@ class GateHooks:
         return None
 
     def pytest_deselected(self, items) -> None:
-        self.gate.deselect(items)
+        from pytest_redline.nodes import prompt_keys
+
+        self.gate.deselect(prompt_keys(items))
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
-        self.gate.plan(session.items)
+        from pytest_redline.nodes import prompt_keys
+
+        self.gate.plan(prompt_keys(session.items))
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if not self.worker:
             self.gate.ledger.record(report)
 
     def pytest_report_teststatus(self, report: pytest.TestReport):
-        from pytest_redline.ledger import is_regression
+        from pytest_redline.record import is_regression
 
         return ("regressed", "R", ("REGRESSED", {"yellow": True})) if is_regression(report) else None
 

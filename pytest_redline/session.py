@@ -22,8 +22,8 @@ from pytest_redline.decode import DecodeError, Decoder
 from pytest_redline.enginebook import EngineBook
 from pytest_redline.grid import GridError, load_grid
 from pytest_redline.ledger import Ledger
-from pytest_redline.nodes import PromptItem
 from pytest_redline.options import DEFAULT_GRID, GateOptions
+from pytest_redline.record import PromptKey
 from pytest_redline.store import OutcomeStore, StoreError
 from pytest_redline.verdict import GridVerdict, judge
 
@@ -62,7 +62,7 @@ class Gate:
     def start(cls, config: pytest.Config) -> "Gate":
         """Resolve options and grids, prepare every grid and open the store: usage errors now."""
         options = GateOptions.from_config(config)
-        paths = grid_paths(config, options)
+        paths = resolve_grids_and_rewrite_args(config, options)
         engines = EngineBook()
         level = Level(options.alpha, options.delta, len(paths), options.correction, options.deploy, options.seed, options.full)
         calibrations = {}
@@ -110,14 +110,15 @@ class Gate:
     def calibration(self, path: Path) -> Calibration:
         return self._calibrations[path.resolve()]
 
-    def plan(self, items: Iterable[pytest.Item]) -> None:
-        """The selected items: what the decoders must get."""
-        for item in items:
-            if isinstance(item, PromptItem):
-                self.decoder(item.cal).need(item.config_name, item.index)
+    def plan(self, keys: Iterable[PromptKey]) -> None:
+        """The selected grid items: what the decoders must get."""
+        cals = {cal.label: cal for cal in self._calibrations.values()}
+        for key in keys:
+            self.decoder(cals[key.grid]).need(key.config, key.index)
 
-    def deselect(self, items: Iterable[pytest.Item]) -> None:
-        ids = [_identity(item) for item in items if isinstance(item, PromptItem)]
+    def deselect(self, keys: Iterable[PromptKey]) -> None:
+        """Grid items deselected (-k, -m, --lf, ...): missing, for the reason "deselected"."""
+        ids = [(key.grid, key.config, key.prompt) for key in keys]
         self.deselected_ids += ids
         self.ledger.deselect(ids)
 
@@ -204,8 +205,8 @@ class Gate:
         terminal.write_sep("=", text, bold=True, green=ok, red=not ok)
 
 
-def grid_paths(config: pytest.Config, options: GateOptions) -> list[Path]:
-    """The grids to gate, and ``config.args`` pointed at them when no path was given.
+def resolve_grids_and_rewrite_args(config: pytest.Config, options: GateOptions) -> list[Path]:
+    """The grids to gate; rewrites ``config.args`` so that pytest collects them.
 
     Explicit path arguments are kept, and grid files among them are gated along with the
     named grids; without path arguments only the named grids (default: redline.yaml at
@@ -262,7 +263,3 @@ def _label(path: Path, root: Path) -> str:
         return path.relative_to(root.resolve()).as_posix()
     except ValueError:
         return path.as_posix()
-
-
-def _identity(item: PromptItem) -> tuple[str, str, str]:
-    return (item.cal.label, item.config_name, item.name)
