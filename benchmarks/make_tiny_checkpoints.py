@@ -1,0 +1,198 @@
+"""Tiny random checkpoints in the published folder layouts of SDAR, Dream, LLaDA and DiffusionGemma.
+
+    python benchmarks/make_tiny_checkpoints.py OUT_DIR        # writes OUT_DIR/{sdar,dream,llada,diffusion_gemma}
+
+Each folder carries the published ``config.json`` fields (model_type, architectures, auto_map,
+block_size, mask_token_id, ...) with tiny sizes, and the weights under the published names:
+
+- ``sdar``: SDAR-4B-Chat's config.json, tokenizer files (Qwen2 BPE, vocabulary 151,670),
+  chat template, generation config and remote code, copied from
+  ``../shared/reference/peers/sdar/SDAR-4B-Chat`` (required); Qwen3 weight names (SDAR's own).
+- ``dream``: Dream-v0-Instruct's config.json fields (model_type ``Dream``, ``DreamModel``,
+  auto_map, mask_token_id), Qwen2 weight names with q/k/v biases, the character tokenizer.
+- ``llada``: LLaDA-8B-Instruct's config.json fields (model_type ``llada``, ``LLaDAModelLM``,
+  OLMo-style names ``model.transformer.blocks.N.q_proj`` ...), the character tokenizer.
+- ``diffusion_gemma``: a ``DiffusionGemmaForBlockDiffusion`` with a tiny ``Gemma4VisionConfig``
+  (with ``vision_config=None`` it would build a 167M-parameter vision tower) and a MoE-only text
+  config (``num_experts``, ``top_k_experts``, ``moe_intermediate_size``), save_pretrained.
+
+``peak`` scales the output head so that distributions are peaked (confidences near 1 happen),
+which the parity tests need for a threshold to matter. Nothing here is committed; tests build
+these in temporary folders.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+PEERS = ROOT.parent / "shared" / "reference" / "peers"
+SDAR_PUBLISHED = PEERS / "sdar" / "SDAR-4B-Chat"
+SDAR_FILES = (
+    "config.json", "generation_config.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+    "vocab.json", "merges.txt", "chat_template.jinja", "configuration_sdar.py", "modeling_sdar.py",
+    "tokenization_qwen2.py", "tokenization_qwen2_fast.py",
+)
+TINY = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1}
+
+
+def _randomize(model, std: float, peak: float, seed: int) -> None:
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        for name, weight in model.named_parameters():
+            if weight.dim() == 2:
+                torch.nn.init.normal_(weight, std=std)
+            elif weight.dim() == 1 and "norm" not in name:
+                torch.nn.init.normal_(weight, std=std)  # biases
+        model.get_output_embeddings().weight.mul_(peak)
+
+
+def _save_weights(state: dict, folder: Path) -> None:
+    from safetensors.torch import save_file
+
+    save_file({k: v.contiguous() for k, v in state.items()}, str(folder / "model.safetensors"), metadata={"format": "pt"})
+
+
+def _write_config(folder: Path, config: dict) -> None:
+    (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+
+
+def sdar(folder: str | Path, seed: int = 0, std: float = 0.4, peak: float = 1.0, **config_changes) -> Path:
+    """SDAR-4B-Chat's folder, tiny: its config.json with tiny sizes, its tokenizer files, Qwen3 weights."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    if not SDAR_PUBLISHED.is_dir():
+        raise FileNotFoundError(f"{SDAR_PUBLISHED}: the published SDAR folder (tokenizer files) is needed")
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in SDAR_FILES:
+        shutil.copy(SDAR_PUBLISHED / name, folder / name)
+    config = json.loads((SDAR_PUBLISHED / "config.json").read_text())
+    config.update(TINY, head_dim=16, max_window_layers=2, **config_changes)
+    _write_config(folder, config)
+    stock = {k: v for k, v in config.items() if k not in ("auto_map", "model_type", "architectures", "attn_implementation", "torch_dtype")}
+    model = Qwen3ForCausalLM(Qwen3Config(**stock))
+    _randomize(model, std, peak, seed)
+    _save_weights(model.state_dict(), folder)
+    return folder
+
+
+def _char_tokenizer(folder: Path):
+    from pytest_redline.engines.tokenizer import build_tokenizer
+
+    tokenizer = build_tokenizer()
+    tokenizer.save_pretrained(folder)
+    return tokenizer
+
+
+def dream(folder: str | Path, seed: int = 0, std: float = 0.4, peak: float = 1.0, **config_changes) -> Path:
+    """Dream-v0-Instruct's config.json fields, tiny; Qwen2 weight names; the character tokenizer."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    tokenizer = _char_tokenizer(folder)
+    config = {
+        "architectures": ["DreamModel"],
+        "attention_dropout": 0.0,
+        "auto_map": {"AutoConfig": "configuration_dream.DreamConfig", "AutoModel": "modeling_dream.DreamModel"},
+        "bos_token_id": tokenizer.bos_token_id, "eos_token_id": tokenizer.eos_token_id,
+        "hidden_act": "silu", **TINY, "initializer_range": 0.02,
+        "mask_token_id": tokenizer.mask_token_id, "max_position_embeddings": 1024, "max_window_layers": 2,
+        "model_type": "Dream", "pad_token_id": tokenizer.pad_token_id, "rms_norm_eps": 1e-06,
+        "rope_scaling": None, "rope_theta": 1000000.0, "sliding_window": None, "tie_word_embeddings": False,
+        "torch_dtype": "float32", "use_cache": True, "use_sliding_window": False, "vocab_size": 96,
+    }
+    config.update(config_changes)
+    _write_config(folder, config)
+    stock = {k: v for k, v in config.items() if k not in ("auto_map", "model_type", "architectures", "torch_dtype")}
+    model = Qwen2ForCausalLM(Qwen2Config(**stock))
+    _randomize(model, std, peak, seed)
+    _save_weights(model.state_dict(), folder)
+    return folder
+
+
+def llada(folder: str | Path, seed: int = 0, std: float = 0.4, peak: float = 1.0, **config_changes) -> Path:
+    """LLaDA-8B-Instruct's config.json fields, tiny; LLaDA's weight names; the character tokenizer."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from pytest_redline.engines.checkpoints import LLADA_NAMES
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    tokenizer = _char_tokenizer(folder)
+    config = {
+        "activation_type": "silu", "alibi": False, "alibi_bias_max": 8.0, "architectures": ["LLaDAModelLM"],
+        "attention_dropout": 0.0, "attention_layer_norm": False, "attention_layer_norm_with_affine": True,
+        "auto_map": {"AutoConfig": "configuration_llada.LLaDAConfig", "AutoModel": "modeling_llada.LLaDAModelLM",
+                     "AutoModelForCausalLM": "modeling_llada.LLaDAModelLM"},
+        "bias_for_layer_norm": False, "block_group_size": 1, "block_type": "llama", "d_model": 32,
+        "embedding_dropout": 0.0, "embedding_size": 96, "eos_token_id": tokenizer.eos_token_id,
+        "flash_attention": False, "include_bias": False, "include_qkv_bias": False, "init_cutoff_factor": None,
+        "init_device": "cpu", "init_fn": "mitchell", "init_std": 0.02, "input_emb_norm": False,
+        "layer_norm_type": "rms", "layer_norm_with_affine": True, "mask_token_id": tokenizer.mask_token_id,
+        "max_sequence_length": 1024, "mlp_hidden_size": 64, "mlp_ratio": 2, "model_type": "llada",
+        "multi_query_attention": None, "n_heads": 2, "n_kv_heads": 2, "n_layers": 2,
+        "pad_token_id": tokenizer.pad_token_id, "precision": "amp_bf16", "residual_dropout": 0.0,
+        "rms_norm_eps": 1e-05, "rope": True, "rope_full_precision": True, "rope_theta": 500000.0,
+        "scale_logits": False, "transformers_version": "4.46.3", "use_cache": False, "vocab_size": 96,
+        "weight_tying": False,
+    }
+    config.update(config_changes)
+    _write_config(folder, config)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                         num_attention_heads=2, num_key_value_heads=2, tie_word_embeddings=False))
+    _randomize(model, std, peak, seed)
+    inverse = {}
+    for source, target in LLADA_NAMES.items():
+        for i in range(2) if "{i}" in source else [None]:
+            inverse[target.format(i=i)] = source.format(i=i)
+    _save_weights({inverse[k]: v for k, v in model.state_dict().items() if k in inverse}, folder)
+    return folder
+
+
+def diffusion_gemma(folder: str | Path, seed: int = 0, canvas_length: int = 8) -> Path:
+    """A ~0.4M-parameter DiffusionGemmaForBlockDiffusion (tiny vision tower, MoE-only text), save_pretrained."""
+    from transformers import DiffusionGemmaConfig, DiffusionGemmaForBlockDiffusion, Gemma4VisionConfig
+    from transformers.models.diffusion_gemma.configuration_diffusion_gemma import DiffusionGemmaTextConfig
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    tokenizer = _char_tokenizer(folder)
+    text = DiffusionGemmaTextConfig(
+        vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+        num_key_value_heads=1, head_dim=16, global_head_dim=16, num_experts=4, top_k_experts=2,
+        moe_intermediate_size=32, max_position_embeddings=1024, sliding_window=64,
+        layer_types=["sliding_attention", "full_attention"],
+        pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id,
+    )
+    vision = Gemma4VisionConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                num_key_value_heads=1, head_dim=8)
+    config = DiffusionGemmaConfig(text_config=text, vision_config=vision, canvas_length=canvas_length,
+                                  image_token_id=95, boi_token_id=94, eoi_token_id=93)
+    torch.manual_seed(seed)
+    model = DiffusionGemmaForBlockDiffusion(config)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.save_pretrained(folder)
+    return folder
+
+
+BUILDERS = {"sdar": sdar, "dream": dream, "llada": llada, "diffusion_gemma": diffusion_gemma}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("out", help="output folder (one subfolder per family)")
+    parser.add_argument("--families", nargs="+", default=list(BUILDERS), choices=list(BUILDERS))
+    args = parser.parse_args()
+    for family in args.families:
+        print(BUILDERS[family](Path(args.out) / family))
+
+
+if __name__ == "__main__":
+    main()
