@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass
 from typing import Iterator
 
-from pytest_redline.suites.base import Prompt, chat
+from pytest_redline.suites.base import MARKER, NO_ANSWER, Judgement, Prompt, chat
 
 FAMILIES = ("add", "sub", "mul", "odd")
 FAMILY_WEIGHTS = (0.3, 0.3, 0.3, 0.1)
@@ -181,6 +181,14 @@ class ArithmeticSuite:
             )
             for i, p in enumerate(self._problems)
         ]
+
+    def judge(self, prompt: Prompt, text: str, finish_reason: str | None = None) -> Judgement:
+        """The integer after the last ``#`` (rule "marker"), else none ("no answer"). The format
+        is strict (nothing but the integer may follow), so the finish reason changes nothing."""
+        answer = final_answer(text) if isinstance(text, str) else None
+        if answer is None:
+            return Judgement(False, None, NO_ANSWER)
+        return Judgement(answer == prompt.meta["answer"], str(answer), MARKER)
 
     def score(self, prompt: Prompt, text: str) -> bool:
         """Exact integer match of the final answer; malformed output is wrong, never an error."""

@@ -35,7 +35,7 @@ from __future__ import annotations
 import re
 from typing import Any, Sequence
 
-from pytest_redline.suites.base import Prompt, chat
+from pytest_redline.suites.base import Prompt, chat, cut_at_stop
 from pytest_redline.suites.records import Record, check_int, data_path, read_records, reject_unknown, select
 from pytest_redline.suites.sandbox import Limits, Program, Result, interpreter_version, run_many
 from pytest_redline.suites.union import Union, part_args
@@ -141,6 +141,10 @@ class HumanEval(_Executed):
     """The 164 HumanEval problems. ``timeout``: CPU seconds per program (wall: 3 x + 5 s)."""
 
     name = "humaneval"
+    # Stop strings for engines and the scorer: where a completion's function has ended, and
+    # never the start of a fenced chat reply (as "\ndef" or "\n#" would be).
+    stop = ("\nif __name__", "\nprint(")
+    rules = "cut at stop strings (2)"  # the revision of the scoring rules: part of the scoring version
 
     def __init__(self, *, path: str | None = None, seed: int | None = None, count: int | None = None,
                  ids: Sequence[str | int] | None = None, timeout: float = 10.0, workers: int | None = None,
@@ -155,14 +159,14 @@ class HumanEval(_Executed):
         meta = {"prompt": code, "entry_point": record.get("entry_point"), "test": record.get("test"),
                 "canonical_solution": record.get("canonical_solution", str, None)}
         return Prompt(id=f"{self.name}/{task.replace('/', '-')}", text=code,
-                      messages=chat(f"{HUMANEVAL_INSTRUCTION}\n\n```python\n{code}```"), meta=meta)
+                      messages=chat(f"{HUMANEVAL_INSTRUCTION}\n\n```python\n{code}```"), meta=meta, stop=self.stop)
 
     def prompts(self) -> list[Prompt]:
         return list(self._prompts)
 
     def program(self, prompt: Prompt, text: str) -> Program:
         meta = prompt.meta
-        return Program(code=humaneval_program(meta["prompt"], meta["entry_point"], text),
+        return Program(code=humaneval_program(meta["prompt"], meta["entry_point"], cut_at_stop(text, self.stop)[0]),
                        tests=f"{meta['test']}\ncheck({meta['entry_point']})\n", limits=self.limits)
 
 
@@ -171,6 +175,7 @@ class MBPP(_Executed):
     ``sanitized``: the hand-verified subset (427 tasks, 257 of them in the test split)."""
 
     name = "mbpp"
+    stop = ("[DONE]",)  # the end of a solution in the format of Austin et al.; mbpp_program cuts there
 
     def __init__(self, *, path: str | None = None, split: str = "test", sanitized: bool = False, few_shot: int = 0,
                  seed: int | None = None, count: int | None = None, ids: Sequence[str | int] | None = None,
@@ -194,7 +199,7 @@ class MBPP(_Executed):
         meta = {"test_list": task["test_list"], "setup": task["setup"], "code": task["code"]}
         return Prompt(id=f"{self.name}/{task['task_id']}", text=shots + _mbpp_head(task) + "[BEGIN]\n",
                       messages=chat(f"{task['text']} Your code should pass these tests:\n\n{tests}\n\n{MBPP_INSTRUCTION}"),
-                      meta=meta)
+                      meta=meta, stop=self.stop)
 
     def prompts(self) -> list[Prompt]:
         return list(self._prompts)

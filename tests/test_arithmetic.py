@@ -17,7 +17,7 @@ from pytest_redline.suites.arithmetic import (
     stream,
     subtraction,
 )
-from pytest_redline.suites.base import Prompt
+from pytest_redline.suites.base import Judgement, Prompt
 
 
 def _check_steps(problem):
@@ -88,6 +88,17 @@ def test_score_exact_integer_match():
     assert suite.score(prompt, f"garbage#{prompt.meta['answer']}")
     assert not suite.score(prompt, f"#{prompt.meta['answer'] + 1}")
     assert not suite.score(prompt, f"{prompt.meta['answer']}")  # no answer mark
+
+
+def test_equivalent_judge_and_score_arithmetic():
+    suite = ArithmeticSuite(n=5)
+    prompt = suite.prompts()[0]
+    gold = prompt.meta["answer"]
+    assert suite.judge(prompt, prompt.meta["solution"], "eos") == Judgement(True, str(gold), "marker")
+    assert suite.judge(prompt, f"#{gold + 1}") == Judgement(False, str(gold + 1), "marker")
+    assert suite.judge(prompt, f"{gold}", "length") == Judgement(False, None, "no answer")
+    for text in (prompt.meta["solution"], f"#{gold + 1}", "", "#"):
+        assert suite.judge(prompt, text).correct == suite.score(prompt, text)
 
 
 @given(st.text(alphabet="0123456789+-*=#,. x[]MASK", max_size=40))

@@ -109,6 +109,22 @@ def test_correct_all_gold_boxed_math500():
         assert MATH_SUITE.score(prompt, f"Putting it together, the answer is $\\boxed{{{answer}}}$."), prompt.id
 
 
+MATH_SOLUTIONS = [json.loads(line)["solution"] for line in (DATA / "math500.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.parametrize("suite", [MATH_SUITE, MATH500(math_verify=False)], ids=["math-verify", "own-rules"])
+def test_correct_all_reference_solutions_math500(suite):
+    """The vendored solutions, as written (some box twice: ``15\\frac{39}{40}``, or ``\\frac{639}{40}``)."""
+    for prompt, solution in zip(suite.prompts(), MATH_SOLUTIONS):
+        verdict = suite.judge(prompt, solution, "eos")
+        assert verdict.correct and verdict.rule == "boxed", (prompt.id, verdict)
+
+
+def test_correct_all_reference_solutions_rule_gsm8k():
+    rules = {GSM8K_SUITE.judge(p, s, "eos").rule for p, s in zip(GSM8K_SUITE.prompts(), GSM8K_SOLUTIONS)}
+    assert rules == {"marker"}
+
+
 def perturb(answer: str) -> str:
     """Change the first digit (0->1, ..., 9->0), or append +1 when there is none."""
     digit = re.search(r"\d", answer)
