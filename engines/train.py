@@ -19,6 +19,10 @@ The first ``causal_warmup`` steps use block size 1 with every answer token maske
 prediction from the clean prefix, where fetching operand digits is learnt quickly; the
 block-diffusion phase then starts from a model that already reads the prompt.
 
+Self-distillation (``python -m pytest_redline.engines.train distill``, ``engines/distill.py``) runs
+this loop on engine-decoded targets (``targets``), with mostly masked blocks (``mask_floor``) and a
+certainty term (``confidence_weight``); all three are off by default.
+
 Another objective plugs in as one more entry of ``OBJECTIVES`` (a function of model, batch,
 config and generator returning the loss). ``objective = "ar"`` is the ordinary next-token loss
 of autoregressive models (the speculative target and draft) on the same data.
@@ -41,7 +45,7 @@ from transformers import AutoModelForCausalLM
 
 from pytest_redline.engines.modeling import ModelConfig, build_model, two_copy_mask
 from pytest_redline.engines.tokenizer import SPECIALS, build_tokenizer
-from pytest_redline.suites.arithmetic import stream
+from pytest_redline.suites.arithmetic import Problem, stream
 
 
 @dataclass
@@ -61,6 +65,9 @@ class TrainConfig:
     block_sizes: tuple[int, ...] = (4, 8, 16)
     causal_warmup: int = 500  # first steps: block size 1, every answer token masked (= next-token training)
     edit_prob: float = 0.05
+    targets: str = ""  # a JSONL of decoded targets (engines/distill.py) that replaces the train stream
+    mask_floor: float = 0.0  # per-block masking ratio from U(mask_floor, 1) instead of U(0, 1)
+    confidence_weight: float = 0.0  # weight of the certainty term (entropy where the argmax is right)
     eval_every: int = 200
     threads: int = 1  # one thread: deterministic, and robust on a shared CPU
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -78,8 +85,10 @@ class Batch:
 
 
 def batches(tokenizer, cfg: TrainConfig, split: str = "train", seed: int | None = None):
-    """Endless batches of the split, each grouped by length so that little padding is computed."""
-    problems = stream(split, cfg.seed if seed is None else seed)
+    """Endless batches of the split (or, for "train", of ``cfg.targets`` when set), each grouped by
+    length so that little padding is computed."""
+    seed = cfg.seed if seed is None else seed
+    problems = target_stream(cfg.targets, seed) if cfg.targets and split == "train" else stream(split, seed)
     rng = random.Random(cfg.seed + 1)
     quantum = max(cfg.block_sizes)
     while True:
@@ -105,8 +114,31 @@ def batches(tokenizer, cfg: TrainConfig, split: str = "train", seed: int | None 
             )
 
 
+def target_stream(path: str, seed: int):
+    """An endless stream of the decoded targets in ``path`` (one JSON object per line with the
+    fields of ``Problem``), every pass in a fresh seeded order."""
+    with open(path) as handle:
+        targets = [Problem(**json.loads(line)) for line in handle if line.strip()]
+    if not targets:
+        raise ValueError(f"{path}: --targets: expected at least one decoded target, got none")
+    rng = random.Random(seed)
+    while True:
+        order = list(targets)
+        rng.shuffle(order)
+        yield from order
+
+
 # ---------------------------------------------------------------------------------------------
 # Objectives
+
+
+def certainty(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """The mean entropy of the predictions whose argmax is already the target (dParallel's
+    certainty forcing): lowering it makes right predictions confident enough to commit together."""
+    logp = logits.float().log_softmax(-1)
+    right = logits.argmax(-1) == target
+    entropy = -(logp.exp() * logp).sum(-1)
+    return (entropy * right).sum() / right.sum().clamp(min=1)
 
 
 def bd_loss(model, batch: Batch, cfg: TrainConfig, gen: torch.Generator, mask_id: int, n_special: int, vocab: int):
@@ -121,6 +153,8 @@ def bd_loss(model, batch: Batch, cfg: TrainConfig, gen: torch.Generator, mask_id
     in_loss = answer & (pos[None, :] < last[:, None])
 
     ratio = torch.rand(n, length // block_size, generator=gen)[:, block]  # per block, U(0, 1)
+    if cfg.mask_floor:  # distillation: mostly masked blocks, as the engine sees a newly admitted one
+        ratio = cfg.mask_floor + (1 - cfg.mask_floor) * ratio
     if block_size == 1:  # the causal warm-up: each token predicted from the clean tokens before it
         ratio = torch.ones_like(ratio)
     masked = answer & (torch.rand(n, length, generator=gen) < ratio)
@@ -133,7 +167,10 @@ def bd_loss(model, batch: Batch, cfg: TrainConfig, gen: torch.Generator, mask_id
     attn = two_copy_mask(length, block_size, torch.float32).expand(n, -1, -1, -1)
     logits = model(input_ids=inputs, attention_mask=attn, position_ids=positions).logits[:, :length]
     target = (masked | edited) & in_loss
-    return F.cross_entropy(logits[target], ids[target])
+    loss = F.cross_entropy(logits[target], ids[target])
+    if cfg.confidence_weight:
+        loss = loss + cfg.confidence_weight * certainty(logits[target], ids[target])
+    return loss
 
 
 def ar_loss(model, batch: Batch, cfg: TrainConfig, gen: torch.Generator, *_):
@@ -230,9 +267,10 @@ def train(cfg: TrainConfig) -> None:
             save(model, tokenizer, cfg, step + 1, history)
 
 
-def parse_args(argv=None) -> TrainConfig:
-    cfg = TrainConfig()
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def parse_args(argv=None, defaults: TrainConfig | None = None, prog: str | None = None) -> TrainConfig:
+    """The command line over ``defaults`` (the bd-tiny recipe's when None)."""
+    cfg = defaults or TrainConfig()
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     for f in dataclasses.fields(TrainConfig):
         if f.name == "model":
             continue
@@ -251,4 +289,11 @@ def parse_args(argv=None) -> TrainConfig:
 
 
 if __name__ == "__main__":
-    train(parse_args())
+    import sys
+
+    if sys.argv[1:2] == ["distill"]:  # self-distillation on engine-decoded targets (engines/distill.py)
+        from pytest_redline.engines.distill import main
+
+        main(sys.argv[2:])
+    else:
+        train(parse_args())

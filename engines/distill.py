@@ -1,0 +1,198 @@
+"""Self-distillation of a block-diffusion checkpoint toward committing more tokens per forward.
+
+    python -m pytest_redline.engines.train distill --out engines/models/bd-tiny-distilled
+
+The paper's recipe ("distilled toward committing more tokens in each forward, on multi-block
+targets that the engine decodes with its own confidence rule"), in four steps:
+
+1. **Decode.** The multi-block engine (``engines/block_diffusion.py``) decodes ``n`` distinct
+   problems of the arithmetic suite's *train* split with the teacher checkpoint, at one config of
+   a grid file (default: the reference of ``redline.yaml``, acc95/semi90, block 8, buffer 2), in
+   batches of the grid's size, in prompt order. The train split is disjoint from calibration and
+   test by construction: ``suites/arithmetic.py`` puts a problem in a split by a hash of its text
+   (80 % train, 10 % calibration, 10 % test), and ``ArithmeticSuite(split="train")`` draws only
+   problems whose hash says train; this command checks that hash again for every target.
+2. **Keep** the decoded answers as targets: ``--keep correct`` (the default) keeps those whose
+   final answer is right, ``--keep all`` every answer that ended with an EOS. Correct-only is the
+   default because the certainty term below sharpens whatever it is trained on: on a wrong target
+   it would make the teacher's mistakes confident, and a confident mistake is committed at every
+   threshold, which is exactly a violation of the gate.
+3. **Fine-tune** from the teacher with ``engines/train.py``'s loop and its block-diffusion loss,
+   on the targets (``TrainConfig.targets``), at the decode config's block size, with mostly
+   masked blocks (``mask_floor``: the masking ratio is U(floor, 1), as a block the engine has just
+   admitted is all MASK) and the certainty term (``confidence_weight``: the entropy of the
+   predictions that are already right, dParallel's certainty forcing). Both push the model to be
+   sure of several positions of a block at once, which is what lets a confidence rule commit
+   them in one forward.
+4. **Write** the checkpoint folder (``save_pretrained``) with ``training.json`` (the teacher and
+   its weights' sha256, the decode config, the engine's source and git commit, the data and the
+   training record) and ``SHA256SUMS``. ``MODEL_CARD.md`` is written by hand and survives reruns.
+
+Any ``TrainConfig`` option (``--steps``, ``--lr``, ``--mask-floor``, ...) may follow; the defaults
+here are the recipe of the shipped ``bd-tiny-distilled``. Deterministic on a given machine: the
+decode is greedy in fixed batches, training is seeded on one thread.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from pytest_redline.engines import modeling, train
+from pytest_redline.engines.block_diffusion import BlockDiffusionEngine, DecodeConfig
+from pytest_redline.grid import load_grid
+from pytest_redline.suites.arithmetic import ArithmeticSuite, split_of
+
+KEEP = ("correct", "all")
+ENGINE_SOURCES = ("engines/block_diffusion.py", "engines/modeling.py", "engines/autoregressive.py")
+
+
+@dataclass
+class DistillConfig:
+    out: str = "engines/models/bd-tiny-distilled"
+    grid: str = "redline.yaml"  # the grid whose config decodes the targets
+    config: str = ""  # a config name of the grid; default: its reference
+    teacher: str = ""  # default: the grid's engine_args.model
+    n: int = 8192  # distinct train-split problems decoded
+    seed: int = 0  # of the train-split problems
+    keep: str = "correct"
+
+
+# The training recipe of bd-tiny-distilled (train.py's options override it).
+RECIPE = train.TrainConfig(
+    steps=600, lr=5e-4, min_lr=1e-4, warmup=20, causal_warmup=0, mask_floor=0.5,
+    confidence_weight=0.5, eval_every=200, seed=0,
+)
+
+
+@dataclass(frozen=True)
+class Targets:
+    """The kept targets, as ``Problem`` records with the decoded text as the solution."""
+
+    rows: list[dict]
+    decoded: int
+    correct: int
+    ended: int  # answers that ended with an EOS (not cut at max_new_tokens)
+    tokens: int
+    forwards: int
+
+
+def decode_targets(engine: BlockDiffusionEngine, params: dict, cfg: DistillConfig, batch_size: int) -> Targets:
+    """Step 1 and 2: decode the train split's problems and keep the targets ``cfg.keep`` names."""
+    suite = ArithmeticSuite(split="train", n=cfg.n, seed=cfg.seed)
+    problems, prompts = suite.problems(), suite.prompts()
+    leaked = [p.prompt for p in problems if split_of(p.prompt) != "train"]
+    if leaked:  # the suite's own guarantee, checked again: no calibration or test problem is a target
+        raise AssertionError(f"arithmetic: train split holds non-train problems {leaked[:3]}")
+    limit = DecodeConfig.from_params(params).max_new_tokens
+    rows, correct, ended, tokens, forwards = [], 0, 0, 0, 0
+    for start in range(0, len(prompts), batch_size):
+        batch = prompts[start : start + batch_size]
+        for problem, prompt, gen in zip(problems[start:], batch, engine.generate(batch, params)):
+            right = suite.score(prompt, gen.text)
+            eos = gen.finish_reason in ("eos", "stop") or (gen.finish_reason is None and gen.tokens < limit)
+            correct, ended = correct + right, ended + eos
+            tokens, forwards = tokens + gen.tokens, forwards + gen.forwards
+            if right if cfg.keep == "correct" else eos:
+                rows.append({**dataclasses.asdict(problem), "solution": gen.text})
+    return Targets(rows, len(prompts), correct, ended, tokens, forwards)
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def engine_source() -> dict:
+    """The engine code that decoded the targets: each source's sha256, the last commit touching
+    the multi-block engine, and whether the working tree differs from it."""
+    root = Path(__file__).resolve().parent.parent
+    record = {name: sha256_file(root / name) for name in ENGINE_SOURCES if (root / name).exists()}
+
+    def git(*args: str) -> str:
+        try:
+            return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=True).stdout.strip()
+        except (OSError, subprocess.CalledProcessError):
+            return "unknown (no git checkout)"
+
+    record["commit"] = git("log", "-1", "--format=%H", "--", ENGINE_SOURCES[0])
+    record["uncommitted_changes"] = bool(git("status", "--porcelain", "--", *ENGINE_SOURCES))
+    return record
+
+
+def write_sums(folder: Path) -> None:
+    """SHA256SUMS: every file of the folder but itself and the hand-written model card."""
+    names = sorted(p.name for p in folder.iterdir() if p.is_file() and p.name not in ("SHA256SUMS", "MODEL_CARD.md"))
+    (folder / "SHA256SUMS").write_text("".join(f"{sha256_file(folder / n)}  {n}\n" for n in names))
+
+
+def distill(cfg: DistillConfig, recipe: train.TrainConfig) -> dict:
+    """Decode, keep, fine-tune, write; returns the ``distillation`` record of training.json."""
+    if cfg.keep not in KEEP:
+        raise ValueError(f"distill: --keep: expected one of {list(KEEP)}, got {cfg.keep!r}")
+    torch.set_num_threads(recipe.threads)
+    grid = load_grid(cfg.grid)
+    name = cfg.config or grid.reference
+    spec = {c.name: c for c in grid.configs or ()}.get(name)
+    if spec is None or spec.params is None:
+        raise ValueError(f"{cfg.grid}: configs: --config {name!r} is not a config with parameters of this grid")
+    engine_args = {**grid.engine_args, **spec.engine_args, "threads": recipe.threads}
+    if cfg.teacher:
+        engine_args["model"] = cfg.teacher
+    engine = BlockDiffusionEngine(**engine_args)
+    params = dict(spec.params)
+    targets = decode_targets(engine, params, cfg, grid.batch_size)
+    print(f"decoded {targets.decoded} train problems: {targets.correct} correct, kept {len(targets.rows)} "
+          f"({cfg.keep}); TPF {targets.tokens / targets.forwards:.3f}", flush=True)
+
+    with tempfile.TemporaryDirectory() as work:
+        path = Path(work) / "targets.jsonl"
+        path.write_text("".join(json.dumps(row, sort_keys=True) + "\n" for row in targets.rows))
+        recipe = dataclasses.replace(
+            recipe, out=cfg.out, init=str(engine.path), targets=str(path),
+            block_sizes=(DecodeConfig.from_params(params).block_size,),
+        )
+        train.train(recipe)
+        data_sha = sha256_file(path)
+    record = {
+        "teacher": {"model": str(engine.path), "weights_sha256": engine.fingerprint()},
+        "decode": {"engine": engine.name, "grid": cfg.grid, "config": name, "params": params,
+                   "batch_size": grid.batch_size, "source": engine_source()},
+        "data": {"suite": "arithmetic", "split": "train", "n": cfg.n, "seed": cfg.seed, "keep": cfg.keep,
+                 "decoded": targets.decoded, "correct": targets.correct, "ended_with_eos": targets.ended,
+                 "kept": len(targets.rows), "teacher_tpf": round(targets.tokens / targets.forwards, 4),
+                 "targets_sha256": data_sha},
+        "command": dataclasses.asdict(cfg),
+    }
+    out = Path(cfg.out)
+    training = json.loads((out / "training.json").read_text())
+    (out / "training.json").write_text(json.dumps({"distillation": record, **training}, indent=1) + "\n")
+    write_sums(out)
+    return record
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m pytest_redline.engines.train distill",
+                                     description=__doc__.split("\n\n")[0], add_help=False)
+    for f in dataclasses.fields(DistillConfig):
+        flag = f"--{f.name.replace('_', '-')}"
+        parser.add_argument(flag, type=type(f.default), default=f.default,
+                            **({"choices": KEEP} if f.name == "keep" else {}))
+    ns, rest = parser.parse_known_args(argv)
+    cfg = DistillConfig(**vars(ns))
+    recipe = train.parse_args(rest, defaults=RECIPE, prog=parser.prog + " [distill options]")
+    distill(cfg, recipe)
+
+
+if __name__ == "__main__":
+    main()
