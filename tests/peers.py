@@ -147,3 +147,39 @@ def block_causal_llada(monkeypatch, block_size: int):
         return original(self, q, k, v, attn_mask=bias, dropout_p=dropout_p, is_causal=False)
 
     monkeypatch.setattr(modeling.LLaDABlock, "_scaled_dot_product_attention", attend)
+
+
+def dream_peer(folder: Path, dtype):
+    """Fast-dLLM's DreamModel (published modeling code) with the weights of a tiny Dream folder."""
+    import importlib
+    import types
+
+    from safetensors.torch import load_file as load_tensors
+
+    package = "peer_dream_model"
+    if package not in sys.modules:
+        module = types.ModuleType(package)
+        module.__path__ = [str(need_peers() / "fast-dllm" / "dream" / "model")]
+        sys.modules[package] = module
+    configuration = importlib.import_module(f"{package}.configuration_dream")
+    modeling = importlib.import_module(f"{package}.modeling_dream")
+    raw = json.loads((folder / "config.json").read_text())
+    config = configuration.DreamConfig(**{k: v for k, v in raw.items() if k not in ("auto_map", "architectures", "model_type")})
+    config._attn_implementation = "sdpa"
+    # shim: transformers 5.x has no "default" entry in ROPE_INIT_FUNCTIONS (it moved onto the models)
+    modeling.ROPE_INIT_FUNCTIONS["default"] = _default_rope
+    try:
+        model = modeling.DreamModel(config)
+    finally:
+        del modeling.ROPE_INIT_FUNCTIONS["default"]
+    model.load_state_dict(load_tensors(folder / "model.safetensors"), strict=True)
+    return model.to(dtype).eval()
+
+
+def _default_rope(config, device=None, seq_len=None, **kwargs):
+    """transformers 4.x's default RoPE frequencies: (inv_freq, attention scaling 1.0)."""
+    import torch
+
+    dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    inv_freq = 1.0 / (config.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.int64).to(device=device, dtype=torch.float) / dim))
+    return inv_freq, 1.0

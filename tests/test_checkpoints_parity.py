@@ -1,0 +1,135 @@
+"""Parity, in float64, of our block-diffusion engine with the official decoders (../shared/reference/peers).
+
+Tiny random checkpoints in each published layout (benchmarks/make_tiny_checkpoints.py) are decoded
+by our engine, loaded through engines.checkpoints (stock classes, no remote code), and by the
+peers' own decoders. Every adaptation of a peer lives in tests/peers.py, never in the project:
+
+- SDAR: ``block_diffusion_generate`` (``low_confidence_dynamic``) with its sampler patched to greedy
+  (the argmax token, with its probability from the unfiltered softmax: SDAR always samples with
+  ``torch.multinomial``, and ``top_k=1`` would make every confidence 1.0, so the threshold would
+  never be tested), on a wrapper that honours ``store_kv`` over the same stock Qwen3 weights,
+  with a peaked output head so that the threshold matters.
+- LLaDA: Fast-dLLM's ``generate_with_prefix_cache`` with a threshold, on Fast-dLLM's own
+  ``LLaDAModelLM`` holding the tiny folder's weights. The one rule that differs is attention:
+  Fast-dLLM attends fully (the cached prefix was computed with the masked canvas in view, and
+  the block sees the masked suffix); our cache is block-causal. With the peer's attention made
+  block-causal the tokens are equal; as published they differ (pinned below). Block alignment
+  differs too (Fast-dLLM: from the prompt's end; ours: from position 0), so the prompts are
+  those whose length is a multiple of the block.
+- Dream: Dream's published model and our stock Qwen2 + shifted logits give the same logits.
+
+In both decoders MASK and the embedding's padding ids are never predicted (tests/peers.Banned):
+our engines ban them, the peers would not. Engine-side stop strings are off (no Prompt.stop).
+"""
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import peers  # noqa: E402  (tests/peers.py)
+from pytest_redline.engines.autoregressive import encode  # noqa: E402
+from pytest_redline.engines.block_diffusion import BlockDiffusionEngine  # noqa: E402
+from pytest_redline.suites.arithmetic import ArithmeticSuite  # noqa: E402
+
+BLOCK, GEN, THRESHOLD = 4, 8, 0.9
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _engine(folder):
+    return BlockDiffusionEngine(model=folder, device="cpu", dtype="float64")
+
+
+def _ours(engine, prompts):
+    config = {"block_size": BLOCK, "buffer_size": 1, "accept_threshold": THRESHOLD, "max_new_tokens": GEN}
+    return engine.generate(prompts, config)
+
+
+def _answer(engine, ids: list[int]) -> str:
+    """The peer's answer tokens up to (not including) the first EOS, as text."""
+    for i, token in enumerate(ids):
+        if token in engine.eos_ids:
+            ids = ids[:i]
+            break
+    return engine.tokenizer.decode(ids)
+
+
+@pytest.fixture(scope="module")
+def sdar_engine(tmp_path_factory):
+    peers.need_peers()
+    folder = peers.builder().sdar(tmp_path_factory.mktemp("sdar"), peak=20.0)
+    return _engine(folder)
+
+
+def test_equivalent_sdar_block_diffusion_generate(sdar_engine, monkeypatch):
+    generate = peers.peer_module("sdar")
+    monkeypatch.setattr(generate, "sample_with_temperature_topk_topp", peers.greedy_sampler)
+    model = peers.StoreKV(sdar_engine.model, peers.banned_ids(sdar_engine))
+    prompts = ArithmeticSuite(n=32, seed=0).prompts()
+    ours = _ours(sdar_engine, prompts)
+    for prompt, generation in zip(prompts, ours):
+        ids = encode(sdar_engine.tokenizer, prompt, "test")
+        x = generate.block_diffusion_generate(
+            model, {"input_ids": torch.tensor([ids])}, sdar_engine.mask_id, gen_length=GEN, block_length=BLOCK,
+            denoising_steps=BLOCK, remasking_strategy="low_confidence_dynamic", confidence_threshold=THRESHOLD,
+        )
+        assert generation.text == _answer(sdar_engine, x[0, len(ids) : len(ids) + GEN].tolist()), prompt.id
+    tokens, forwards = sum(g.tokens for g in ours), sum(g.forwards for g in ours)
+    # the threshold mattered: some steps committed several tokens, others one
+    assert forwards < tokens < 3 * forwards
+
+
+@pytest.fixture(scope="module")
+def llada(tmp_path_factory):
+    folder = peers.builder().llada(tmp_path_factory.mktemp("llada"), peak=3.0)
+    engine = _engine(folder)
+    peer = peers.llada_peer(folder, torch.float64)
+    aligned = [p for p in ArithmeticSuite(n=200, seed=0).prompts() if len(encode(engine.tokenizer, p, "test")) % BLOCK == 0]
+    return engine, peers.Banned(peer, peers.banned_ids(engine)), aligned[:32]
+
+
+def _fast_dllm(engine, peer, prompts):
+    generate = peers.peer_module("llada")
+    answers = []
+    for prompt in prompts:
+        ids = encode(engine.tokenizer, prompt, "test")
+        x, _ = generate.generate_with_prefix_cache(
+            peer, torch.tensor([ids]), steps=GEN, gen_length=GEN, block_length=BLOCK, temperature=0.0,
+            remasking="low_confidence", mask_id=engine.mask_id, threshold=THRESHOLD,
+        )
+        answers.append(_answer(engine, x[0, len(ids) :].tolist()))
+    return answers
+
+
+def test_equivalent_llada_prefix_cache_with_block_causal_attention(llada, monkeypatch):
+    engine, peer, prompts = llada
+    assert len(prompts) == 32
+    peers.block_causal_llada(monkeypatch, BLOCK)
+    assert [g.text for g in _ours(engine, prompts)] == _fast_dllm(engine, peer, prompts)
+
+
+def test_differs_llada_prefix_cache_full_attention(llada):
+    """The documented difference: Fast-dLLM's prefix cache as published attends fully."""
+    engine, peer, prompts = llada
+    ours = [g.text for g in _ours(engine, prompts[:8])]
+    assert ours != _fast_dllm(engine, peer, prompts[:8])
+
+
+def test_equivalent_dream_logits_stock_qwen2(tmp_path):
+    from pytest_redline.engines import checkpoints
+
+    folder = peers.builder().dream(tmp_path / "dream")
+    peer = peers.dream_peer(folder, torch.float64)
+    ours, _ = checkpoints.load(checkpoints.inspect(folder), "cpu", "float64")
+    x = torch.randint(5, 80, (2, 11), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        theirs = peer(x).logits
+        theirs = torch.cat([theirs[:, :1], theirs[:, :-1]], dim=1)  # Dream's own shift (generation_utils)
+        torch.testing.assert_close(ours(x).logits, theirs, rtol=0, atol=1e-12)
