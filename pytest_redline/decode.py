@@ -101,7 +101,7 @@ class Decoder:
         self.batch_size = cal.grid.batch_size
         self.schedule = None if cal.full else Schedule(cal.n, self.batch_size, cal.seed, cal.stop_rule())
         self.fallback: str | None = None  # why this grid runs in full although scheduling was asked for
-        self.seconds = 0.0  # wall time spent in engine.generate
+        self.config_seconds: dict[str, float] = {}  # wall time spent in engine.generate, per config
         self._planned: set[tuple[str, int]] = set()
         self._needed: dict[str, set[int]] = {name: set() for name in cal.configs}
         self._outcomes: dict[str, dict[int, StoredOutcome]] = {name: {} for name in cal.configs}
@@ -332,7 +332,7 @@ class Decoder:
                     self._errors[(config, i)] = error
             return
         finally:
-            self.seconds += time.monotonic() - start
+            self.config_seconds[config] = self.config_seconds.get(config, 0.0) + time.monotonic() - start
         for i, key, prompt, generation in zip(batch.prompts, keys, prompts, generations):
             if i in self._outcomes[config]:
                 continue  # stored before the batch was decoded again

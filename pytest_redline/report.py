@@ -94,10 +94,20 @@ def schedule_lines(v: GridVerdict) -> list[str]:
         lines = [f"schedule: {v.mode}"]
     if v.spend is not None:
         lines.append(_spend_line(v.spend))
+        if v.spend.config_seconds:
+            lines.append(_decode_line(v))
     if v.scheduled is not None and v.scheduled.deploy_may_differ:
         lines.append("note: costs were measured on the prompts each config ran on; --redline-full measures them on all "
                      "prompts, where valid configs may change cost order and another be deployed (the valid set cannot change)")
     return lines
+
+
+def _decode_line(v: GridVerdict) -> str:
+    """Decoding time per config: pytest's durations and timeouts charge it all to the first
+    item that asks for the config (docs/gate.md), so this is where it is told honestly."""
+    seconds = v.spend.config_seconds
+    shown = ", ".join(f"{name} {seconds[name]:.1f} s" for name in v.cal.configs if name in seconds)
+    return f"decoding per config: {shown} (pytest charges each config's decoding to its first item run)"
 
 
 def _spend_line(spend: Any) -> str:
@@ -251,12 +261,13 @@ def _schedule(v: GridVerdict) -> dict[str, Any]:
 def _configs(v: GridVerdict) -> list[dict[str, Any]]:
     params = v.cal.params
     if v.result is None:
-        return [{"name": name, "params": dict(params[name])} for name in v.cal.configs]
+        return [{"name": name, "params": dict(params[name]), "decode_seconds": _seconds(v, name)} for name in v.cal.configs]
     entries = v.result.to_dict()["configs"]
     prompts = [p.id for p in v.cal.prompts]
     sched = v.scheduled
     for i, entry in enumerate(entries):
         entry["params"] = dict(params[entry["name"]])
+        entry["decode_seconds"] = _seconds(v, entry["name"])
         ran = [p for p, r in zip(prompts, sched.ran[i]) if r] if sched else prompts
         entry["prompts_run"] = len(ran)
         entry["ran_on"] = ran
@@ -267,6 +278,11 @@ def _configs(v: GridVerdict) -> list[dict[str, Any]]:
             if v.needs_over_limit(entry["name"]):
                 entry["prompts_needed_over"] = PROMPTS_LIMIT
     return entries
+
+
+def _seconds(v: GridVerdict, name: str) -> float | None:
+    """Wall time this session spent decoding config ``name`` (0.0: all reused or skipped)."""
+    return None if v.spend is None else round(v.spend.config_seconds.get(name, 0.0), 3)
 
 
 def session_report(verdicts: Sequence[GridVerdict]) -> dict[str, Any]:

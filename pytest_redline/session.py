@@ -52,7 +52,7 @@ class Gate:
         self.deselected_ids: list[tuple[str, str, str]] = []
         self.verdicts: list[GridVerdict] = []
         self.file_notes: list[str] = []
-        self.decode_seconds: dict[str, float] = {}  # per grid, summed over xdist workers
+        self.decode_seconds: dict[str, dict[str, float]] = {}  # per grid and config, summed over xdist workers
         self.fallbacks: dict[str, str] = {}  # per grid: why scheduling could not hold
         self._first_error: dict[str, str] = {}  # error message -> the item that reported it in full
 
@@ -141,7 +141,7 @@ class Gate:
         its own at the end): deselected items, decode seconds, and why scheduling fell back."""
         return {PAYLOAD: {
             "deselected": [list(ids) for ids in self.deselected_ids],
-            "seconds": {label: d.seconds for label, d in self._decoders.items()},
+            "seconds": {label: d.config_seconds for label, d in self._decoders.items()},
             "fallbacks": {label: d.fallback for label, d in self._decoders.items() if d.fallback},
         }}
 
@@ -150,8 +150,10 @@ class Gate:
         if payload is None:  # a crashed worker sends none: its items stay missing
             return
         self.ledger.deselect(tuple(ids) for ids in payload["deselected"])
-        for label, seconds in payload["seconds"].items():
-            self.decode_seconds[label] = self.decode_seconds.get(label, 0.0) + seconds
+        for label, per_config in payload["seconds"].items():
+            merged = self.decode_seconds.setdefault(label, {})
+            for config, seconds in per_config.items():
+                merged[config] = merged.get(config, 0.0) + seconds
         for label, reason in payload["fallbacks"].items():
             self.fallbacks.setdefault(label, reason)
 
@@ -187,7 +189,7 @@ class Gate:
             mode = f"full: scheduling could not hold ({self.fallbacks[cal.label]})"
         else:
             mode = "scheduled"
-        return judge(record, spend_of(record, self.decode_seconds.get(cal.label, 0.0)), mode)
+        return judge(record, spend_of(record, self.decode_seconds.get(cal.label, {})), mode)
 
     def summary(self, terminal: Any) -> None:
         if not self.verdicts:

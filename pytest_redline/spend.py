@@ -6,14 +6,15 @@ count whether they were decoded now or reused from the store: the figure compare
 schedules, not caches. The naive figure is exact when every cell's forwards are known (a
 full run, or a replayed grid, whose skipped items carry their recorded outcomes); else each
 config's skipped cells are estimated at its mean forwards per prompt run. Wall time is the
-time spent in ``engine.generate`` in this session; the naive time is estimated from it in
-proportion to forwards.
+time spent in ``engine.generate`` in this session, per config and in all; the naive time is
+estimated from it in proportion to forwards. pytest charges each config's decoding to the
+item that first asks for it (docs/gate.md), so the per-config seconds are the honest figure.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Mapping
 
 from pytest_redline.ledger import GridRecord
 
@@ -27,6 +28,7 @@ class Spend:
     exact: bool  # naive_forwards is exact, not estimated
     decoded_forwards: float | None  # forwards decoded in this session
     decode_seconds: float  # wall time in engine.generate, this session
+    config_seconds: Mapping[str, float] = field(default_factory=dict)  # the same, per config that decoded
 
     @property
     def ratio(self) -> float | None:
@@ -55,7 +57,9 @@ class Spend:
         }
 
 
-def spend_of(record: GridRecord, decode_seconds: float = 0.0) -> Spend:
+def spend_of(record: GridRecord, config_seconds: Mapping[str, float] | None = None) -> Spend:
+    """What ``record``'s run spent; ``config_seconds``: this session's decoding time per config."""
+    config_seconds = dict(config_seconds or {})
     cal = record.cal
     ran_forwards = [e.forwards for e in record.entries.values()]
     decoded = [e.forwards for e in record.entries.values() if e.source == "decoded"]
@@ -67,7 +71,8 @@ def spend_of(record: GridRecord, decode_seconds: float = 0.0) -> Spend:
         naive_forwards=naive,
         exact=exact,
         decoded_forwards=_total(decoded),
-        decode_seconds=decode_seconds,
+        decode_seconds=sum(config_seconds.values()),
+        config_seconds=config_seconds,
     )
 
 

@@ -1,17 +1,9 @@
-"""Shared test configuration: hypothesis profiles, and the tiny random block-diffusion model.
+"""Shared test fixtures: the tiny random block-diffusion model, and an in-process gate run.
 
-``dev`` (the default) is cheap for quick local runs; ``ci`` is loaded when the CI
-environment variable is set (derandomized, no deadline, no example database).
-Pick one explicitly with ``--hypothesis-profile``.
+The Hypothesis profiles (``dev``, and ``ci`` when the CI environment variable is set) are
+registered in the repository's root ``conftest.py``.
 """
-import os
-
 import pytest
-from hypothesis import settings
-
-settings.register_profile("dev", max_examples=30, deadline=None)
-settings.register_profile("ci", derandomize=True, deadline=None, database=None, print_blob=True)
-settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
 
 @pytest.fixture(scope="session")
