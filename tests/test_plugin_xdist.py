@@ -46,7 +46,10 @@ def test_equivalent_verdict_xdist_and_serial(project: Project) -> None:
     assert sorted((c["config"]["forwards"], tuple(c["prompts"])) for c in project.calls()) == sorted(batches)
     parallel_report, serial_report = project.report("xdist.json"), project.report("serial.json")
     for report in (parallel_report, serial_report):  # wall time differs
+        assert sum(e["decode_seconds"] for e in report["configs"]) == pytest.approx(report["spend"]["decode_seconds"], abs=0.01)
         del report["spend"]["decode_seconds"], report["spend"]["naive_seconds_estimate"]
+        for entry in report["configs"]:
+            del entry["decode_seconds"]
     assert parallel_report == serial_report
 
 
