@@ -15,7 +15,8 @@ GSM8K (:func:`gsm8k_extract`), a number:
   Every marker with an answer must agree with it, and after the answer the last number
   written (if any, outside parentheses in the answer's own sentence) must be the answer too;
   otherwise the output was ``revised`` ("#### 18 Hmm, 15.", "The answer is 18. Wait, ... 15.").
-- Two different numbers joined by "or"/"either" in the answer's sentence (or box) are a hedge.
+- Two different numbers joined by "or"/"either" in the answer's sentence (or box), or
+  "between 18 and 19", are a hedge.
 - Without a marker, an output that ended on its own (EOS or a stop string) is read by its last
   number, with the same hedge rule on its last sentence; one that hit the token limit
   (``finish_reason == "length"``) has no answer (``truncated``), and so has one whose final
@@ -24,8 +25,10 @@ GSM8K (:func:`gsm8k_extract`), a number:
 
 MATH (:func:`math_extract`): the content of the last ``\boxed{...}`` (braces nested to any
 depth). An earlier box with a different answer is a revision (a hedge when only "or" stands
-between them); "or" inside the box is a hedge; a box cut open by the token limit is
-``truncated``. Without a box, "The final answer is $X$" gives X (the minerva format). Whether
+between them), and so is, after the last box, a marked different answer ("the answer is
+$6$") or, for a numeric answer, a different last number after a sentence that opens with a
+revision cue ("Wait", "Actually", "Hmm", "Oops", "Correction", "Sorry", "No"); "or"
+inside the box is a hedge; a box cut open by the token limit is ``truncated``. Without a box, "The final answer is $X$" gives X (the minerva format). Whether
 the answer equals the gold one is :func:`pytest_redline.suites.equivalence.math_equivalent`.
 
 Every function here returns a result, never raises, on any string.
@@ -39,6 +42,7 @@ from fractions import Fraction
 from typing import Callable
 
 from pytest_redline.suites.base import BOXED, HEDGED, LAST_NUMBER, MARKER, NO_ANSWER, REVISED, TRUNCATED
+from pytest_redline.suites.equivalence import normalise_math, rational
 
 LENGTH = "length"  # Generation.finish_reason of an output cut by the token limit
 
@@ -59,6 +63,9 @@ _TOKEN = re.compile(rf"\s*(?:(?P<num>\$?\s?(?:{_NUM}))|(?P<op>[-+*/()=])|(?P<x>x
 _NUMBER = re.compile(rf"(?<![\w.])-?\$?(?:{_NUM})")
 _FILLER = re.compile(r"(?:\s|[:*_=]|\\\(|\\\[|\$|\\boxed\s*\{|\\fbox\s*\{|\\text(?:bf)?\{|\\mathbf\{|\{)*")
 _DISJUNCTION = re.compile(r"(?<![A-Za-z\\])(?:or|either)(?![A-Za-z])")
+_BETWEEN = re.compile(rf"\bbetween\s+\$?((?:{_NUM}))\s+and\s+\$?((?:{_NUM}))", re.I)
+_REVISION = re.compile(r"(?:^|[.!?]\s|\n)\s*\W{0,2}(?:wait|actually|correction|oops|sorry|hmm|no)\b", re.I)  # a sentence's start
+_MARKED_AFTER = re.compile(r"\banswer\s+is\s*:?\s*\$+([^$]+)\$", re.I)
 _SENTENCE_END = re.compile(r"\n|[.!?;](?=\s|$)")
 
 
@@ -190,7 +197,7 @@ def _hedged(text: str, answer: Fraction | None = None) -> bool:
         before = [answer] if answer is not None else numbers(text[: m.start()])[-1:]
         if after and before and after[0] != before[0]:
             return True
-    return False
+    return any(_value(m.group(1)) != _value(m.group(2)) for m in _BETWEEN.finditer(text))  # "between 18 and 19"
 
 
 # --- GSM8K -----------------------------------------------------------------------------------
@@ -342,7 +349,19 @@ def math_extract(text: str, same: Callable[[str, str], bool], finish_reason: str
             between = text[earlier_end:start]
             joined = _DISJUNCTION.search(between) and not _SENTENCE_END.search(between)
             return Extracted(answer, HEDGED if joined else REVISED)
-    return Extracted(answer, BOXED)
+    return Extracted(answer, REVISED if _revised_after(text[found[-1][2]:], answer, same) else BOXED)
+
+
+def _revised_after(after: str, answer: str, same: Callable[[str, str], bool]) -> bool:
+    """After the last box: another answer after a marker ("the answer is $6$"), or, for a
+    numeric answer, a different last number after a sentence that opens with a revision cue
+    ("Wait, ... it is 6")."""
+    if any(not same(m.group(1), answer) for m in _MARKED_AFTER.finditer(after)):
+        return True
+    cue = _REVISION.search(after)
+    value = rational(normalise_math(answer)) if cue else None
+    later = numbers(after[cue.end():]) if value is not None else []
+    return bool(later) and later[-1] != value
 
 
 def _math_marker(text: str, finish_reason: str | None) -> Extracted:

@@ -65,6 +65,7 @@ def math(text: str, gold: str, finish: str | None = "eos", suite: MATH500 = MATH
     ("#### 18 (or 19 if she eats one)", "eos", "hedged"),
     (r"The answer is $\boxed{18 \text{ or } 19}$.", "eos", "hedged"),
     ("The answer is either 18 or 19.", "eos", "no answer"),
+    ("So the count is between 18 and 19.", "eos", "hedged"),
     # another problem after the stop string is never scored
     ("6 * 3 = 15\n#### 15\n\nQuestion: Tom has 18 pens.\nAnswer: #### 18", "eos", "marker"),
 ])
@@ -128,6 +129,9 @@ def test_finish_unknown_reads_like_an_ended_output_gsm8k():
     (r"so the area is 12", "12", "length", "truncated"),
     (r"so the area is 12", "12", "eos", "no answer"),
     (r"\boxed{}", "12", "eos", "no answer"),
+    (r"So $\boxed{5}$. Actually, I made a mistake: it is 6.", "5", "eos", "revised"),
+    ("So $\\boxed{5}$.\n\nWait, the square is 36, so x = 6.", "5", "eos", "revised"),
+    (r"So $\boxed{5}$. Hence the answer is $6$.", "5", "eos", "revised"),
     ("The answer is $\\boxed{7}$.\n\nProblem: What is 5 + 7?\nSolution: $\\boxed{12}$", "12", "eos", "boxed"),
 ])
 def test_wrong_styles_math500(text, gold, finish, rule):
@@ -159,6 +163,10 @@ def test_wrong_styles_math500(text, gold, finish, rule):
     (r"\boxed{15\frac{39}{40}}, or $\boxed{\frac{639}{40}}$ inches", r"\frac{639}{40}"),
     ("Final Answer: The final answer is $18$. I hope it is correct.", "18"),
     (r"\boxed{5}. Checking: \boxed{5.0}", "5"),
+    (r"$\boxed{5}$, since $5^2 = 25$.", "5"),
+    (r"$\boxed{5}$. Wait, let me check: $2 + 3 = 5$. Yes.", "5"),
+    (r"$\boxed{44}$. We may check our answer: $17\cdot 44 = 748 \equiv 1$, so our answer is correct.", "44"),
+    (r"$\boxed{63}$. It is a common mistake to count squares, for 48, instead of points.", "63"),
 ])
 def test_correct_equivalent_forms_math500(text, gold):
     for suite in (MATH_SUITE, OWN_RULES):
