@@ -60,15 +60,15 @@ class DistillConfig:
     grid: str = "redline.yaml"  # the grid whose config decodes the targets
     config: str = ""  # a config name of the grid; default: its reference
     teacher: str = ""  # default: the grid's engine_args.model
-    n: int = 8192  # distinct train-split problems decoded
+    n: int = 2048  # distinct train-split problems decoded
     seed: int = 0  # of the train-split problems
     keep: str = "correct"
 
 
 # The training recipe of bd-tiny-distilled (train.py's options override it).
 RECIPE = train.TrainConfig(
-    steps=600, lr=5e-4, min_lr=1e-4, warmup=20, causal_warmup=0, mask_floor=0.5,
-    confidence_weight=0.5, eval_every=200, seed=0,
+    steps=200, lr=5e-4, min_lr=1e-4, warmup=20, causal_warmup=0, mask_floor=0.5,
+    confidence_weight=0.5, eval_every=100, seed=0,
 )
 
 
@@ -114,20 +114,31 @@ def sha256_file(path: Path) -> str:
 
 
 def engine_source() -> dict:
-    """The engine code that decoded the targets: each source's sha256, the last commit touching
-    the multi-block engine, and whether the working tree differs from it."""
-    root = Path(__file__).resolve().parent.parent
-    record = {name: sha256_file(root / name) for name in ENGINE_SOURCES if (root / name).exists()}
+    """The engine code that decoded the targets: the sha256 of each module as imported, the last
+    commit touching them in the git checkout at the working directory, and whether the imported
+    files are exactly that checkout's committed ones."""
+    from pytest_redline.engines import autoregressive, block_diffusion
+
+    files = {name: Path(module.__file__) for name, module in zip(ENGINE_SOURCES, (block_diffusion, modeling, autoregressive))}
+    record: dict = {name: sha256_file(path) for name, path in files.items()}
 
     def git(*args: str) -> str:
         try:
-            return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=True).stdout.strip()
+            return subprocess.run(["git", *args], capture_output=True, text=True, check=True).stdout.strip()
         except (OSError, subprocess.CalledProcessError):
-            return "unknown (no git checkout)"
+            return ""
 
-    record["commit"] = git("log", "-1", "--format=%H", "--", ENGINE_SOURCES[0])
-    record["uncommitted_changes"] = bool(git("status", "--porcelain", "--", *ENGINE_SOURCES))
+    record["commit"] = git("log", "-1", "--format=%H", "--", *files) or "unknown (not a git checkout)"
+    record["files_match_commit"] = all(
+        git("hash-object", str(path)) == git("rev-parse", f"HEAD:{name}") != "" for name, path in files.items()
+    )
     return record
+
+
+def relative(path: str | Path) -> str:
+    """``path`` relative to the working directory when it lies below it (records stay portable)."""
+    path = Path(path).resolve()
+    return str(path.relative_to(Path.cwd())) if path.is_relative_to(Path.cwd()) else str(path)
 
 
 def write_sums(folder: Path) -> None:
@@ -159,13 +170,13 @@ def distill(cfg: DistillConfig, recipe: train.TrainConfig) -> dict:
         path = Path(work) / "targets.jsonl"
         path.write_text("".join(json.dumps(row, sort_keys=True) + "\n" for row in targets.rows))
         recipe = dataclasses.replace(
-            recipe, out=cfg.out, init=str(engine.path), targets=str(path),
+            recipe, out=cfg.out, init=relative(engine.path), targets=str(path),
             block_sizes=(DecodeConfig.from_params(params).block_size,),
         )
         train.train(recipe)
         data_sha = sha256_file(path)
     record = {
-        "teacher": {"model": str(engine.path), "weights_sha256": engine.fingerprint()},
+        "teacher": {"model": relative(engine.path), "weights_sha256": engine.fingerprint()},
         "decode": {"engine": engine.name, "grid": cfg.grid, "config": name, "params": params,
                    "batch_size": grid.batch_size, "source": engine_source()},
         "data": {"suite": "arithmetic", "split": "train", "n": cfg.n, "seed": cfg.seed, "keep": cfg.keep,
@@ -176,6 +187,7 @@ def distill(cfg: DistillConfig, recipe: train.TrainConfig) -> dict:
     }
     out = Path(cfg.out)
     training = json.loads((out / "training.json").read_text())
+    training["config"]["targets"] = "decoded to a temporary file: distillation.data"
     (out / "training.json").write_text(json.dumps({"distillation": record, **training}, indent=1) + "\n")
     write_sums(out)
     return record
