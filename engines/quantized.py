@@ -58,6 +58,7 @@ class QuantizedEngine:
     last used). ``threads`` sets torch's intra-op threads (see ``autoregressive.set_threads``)."""
 
     name = "quantized"
+    check_config = staticmethod(check_config)  # model-free: the gate calls it while preparing a grid
 
     def __init__(
         self,

@@ -33,6 +33,15 @@ class ReplayEngine:
         self._fingerprint = hashlib.sha256(self.path.read_bytes()).hexdigest()
         self._column = {prompt: j for j, prompt in enumerate(self.table.prompts)}
 
+    @classmethod
+    def check_config(cls, params: Mapping[str, Any]) -> None:
+        """A replayed config's parameters are ``{config: NAME}``; checked without the file."""
+        unknown = sorted(set(params) - {"config"})
+        if unknown:
+            raise ValueError(f"replay: unknown config key {unknown[0]!r}; known keys: config")
+        if not isinstance(params.get("config"), str):
+            raise ValueError(f"replay: config: expected the name of a recorded config, got {params.get('config')!r}")
+
     def fingerprint(self) -> str:
         """The SHA-256 of the outcome file."""
         return self._fingerprint

@@ -2,7 +2,9 @@
 
 :func:`prepare` finishes what the grid file alone cannot check, still before any model
 loads: that the engine and suite names are registered, that input paths exist, that the
-suite has prompts, that ``reference`` and ``deploy`` name configs, and that n is large
+suite has prompts, that ``reference`` and ``deploy`` name configs, that each config's
+parameters pass its engine's model-free ``check_config(params)`` (a classmethod of the
+class the registry returns; engines without one are not checked), and that n is large
 enough for some config to pass at this alpha, delta and m. Every problem is a :class:`~pytest_redline.grid.GridError`.
 
 A grid without a suite takes its prompts and default configs from its engine (``replay``:
@@ -10,8 +12,10 @@ the engine records them). That engine is built here; it loads no model.
 """
 from __future__ import annotations
 
+import difflib
 import math
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from pytest_redline import registry
@@ -40,6 +44,8 @@ class Calibration:
     deploy: str | None
     seed: int = 0  # orders the candidates' prompts (pytest_redline.schedule)
     full: bool = False  # --redline-full: every config on every prompt, no schedule
+    cost_estimated: bool = False  # the cost is a wall time an engine measures (its ``wall_time_costs``)
+    declared: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # per config: what its checkpoint declares
 
     @property
     def reference(self) -> str:
@@ -100,6 +106,9 @@ def prepare(grid: Grid, label: str, level: Level, engines: EngineBook) -> Calibr
         suite = None
         prompts, recorded = _recorded(grid, engines)
     configs, params, engine_of = _configs(grid, recorded)
+    classes = {name: _engine_class(grid, engine) for name, (engine, _) in engine_of.items()}
+    _check_configs(grid, params, classes)
+    declared = _check_engine_args(grid, engine_of, classes, params)
     _check_prompts(grid, prompts)
     deploy = _deploy(grid, configs, level.deploy_override)
     delta = level.delta if level.delta is not None else (grid.delta if grid.delta is not None else 0.10)
@@ -108,6 +117,8 @@ def prepare(grid: Grid, label: str, level: Level, engines: EngineBook) -> Calibr
         prompts=prompts, alpha=level.alpha, delta=delta, delta_share=delta / level.grids_in_session,
         grids_in_session=level.grids_in_session, correction=level.correction, deploy=deploy,
         seed=level.seed, full=level.full,
+        cost_estimated=any(grid.cost in getattr(c, "wall_time_costs", ()) for c in classes.values()),
+        declared=declared,
     )
     _check_n(cal)
     return cal
@@ -160,7 +171,8 @@ def _configs(grid: Grid, recorded: Mapping[str, Mapping[str, Any]] | None):
         names = tuple(spec.name for spec in grid.configs)
         params, engine_of = {}, {}
         for i, spec in enumerate(grid.configs):
-            if spec.params is None:  # a name in a list: its recorded parameters
+            if spec.params is None or (not spec.params and recorded and spec.name in recorded):
+                # a name in a list, or `name: {}` in a mapping: its recorded parameters
                 if recorded is None or spec.name not in recorded:
                     known = ", ".join(recorded) if recorded else "none: a suite grid needs configs as a mapping"
                     raise grid.error(f"configs[{i}]", f"expected a recorded config ({known}), got {spec.name!r}")
@@ -174,6 +186,62 @@ def _configs(grid: Grid, recorded: Mapping[str, Mapping[str, Any]] | None):
             raise grid.error(f"configs.{name}", "expected a config name without '::' (it separates node ids)")
     grid.check_names(names)
     return names, params, engine_of
+
+
+def _engine_class(grid: Grid, name: str) -> Any:
+    try:
+        return registry.factory(registry.ENGINES, name)
+    except registry.RegistryError as e:
+        raise grid.error("engine", str(e)) from None
+
+
+def _check_configs(grid: Grid, params: Mapping[str, Mapping[str, Any]], classes: Mapping[str, Any]) -> None:
+    """Each config's parameters through its engine's ``check_config`` (no model loads): a
+    typo is one usage error now, not an error on every item after the reference decoded."""
+    for name, values in params.items():
+        check = getattr(classes[name], "check_config", None)
+        if not callable(check):
+            continue
+        try:
+            check(dict(values))
+        except (ValueError, TypeError, KeyError) as e:
+            message = str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e)
+            key = next((k for k in values if re.search(rf"'{re.escape(str(k))}'|\b{re.escape(str(k))}:", message)), None)
+            raise grid.error(f"configs.{name}" + (f".{key}" if key else ""), message + _did_you_mean(key, message)) from None
+
+
+def _check_engine_args(grid: Grid, engine_of, classes: Mapping[str, Any], params) -> dict[str, dict[str, Any]]:
+    """Each engine's model-free ``check_engine_args(engine_args)`` (a checkpoint's family, declared
+    block size and mask token), once per distinct engine: a bad checkpoint is a usage error before
+    any model loads. Returns, per config, what the check reports (for the JSON report), with the
+    block size the config uses (its own ``block_size``, else the declared one)."""
+    declared: dict[str, dict[str, Any]] = {}
+    checked: dict[tuple[str, str], Any] = {}
+    for name, (engine, args) in engine_of.items():
+        check = getattr(classes[name], "check_engine_args", None)
+        if not callable(check):
+            continue
+        key = (engine, repr(sorted(args.items(), key=str)))
+        if key not in checked:
+            try:
+                checked[key] = check(dict(args))
+            except (ValueError, TypeError, OSError) as e:
+                own = any(spec.name == name and spec.engine_args for spec in grid.configs or ())
+                raise grid.error(f"configs.{name}.engine_args" if own else "engine_args", str(e)) from None
+        if checked[key]:
+            entry = dict(checked[key])
+            used = params[name].get("block_size", params[name].get("block_sizes", entry.get("declared_block_size")))
+            declared[name] = {**entry, "block_size_used": used}
+    return declared
+
+
+def _did_you_mean(key: str | None, message: str) -> str:
+    """A "did you mean" for an unknown key, from the known keys the engine's message lists."""
+    if key is None or "did you mean" in message or "known keys:" not in message:
+        return ""
+    known = [k.strip() for k in message.split("known keys:", 1)[1].split(",")]
+    close = difflib.get_close_matches(str(key), known, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def _check_prompts(grid: Grid, prompts: tuple[Any, ...]) -> None:

@@ -34,7 +34,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from pytest_redline import __version__
 from pytest_redline.calibration import Calibration
 from pytest_redline.enginebook import EngineBook
-from pytest_redline.schedule import EARLY_STOP, REFERENCE_WRONG, CandidateRun, Schedule
+from pytest_redline.schedule import EARLY_STOP, REFERENCE_WRONG, CandidateRun, Schedule, contenders
 from pytest_redline.scoring import engine_prompts, rescored, scoring_version, stop_identity, verdict
 from pytest_redline.store import OutcomeStore, StoredOutcome, content_key
 
@@ -110,6 +110,8 @@ class Decoder:
         self._started: set[str] = set()
         self._scheduled: bool | None = None
         self._reference: list[bool | None] | None = None
+        self._key_owner: dict[str, str] = {}  # outcome key -> the first config that used it
+        self._shared: set[tuple[str, str]] = set()
         self._runs: dict[str, CandidateRun | None] = {}
         self._ran: dict[str, set[int]] = {}
         self._recorded: dict[str, dict[int, StoredOutcome]] = {}
@@ -158,20 +160,41 @@ class Decoder:
     # ------------------------------------------------------------------ the schedule
 
     def _run(self, config: str) -> CandidateRun | None:
-        """The candidate's schedule, run once (None: it falls back to the full run)."""
-        if config not in self._runs:
+        """The candidate's schedule (None: it falls back to the full run).
+
+        The first candidate asked runs every candidate's schedule, then decodes the valid
+        ones (:func:`~pytest_redline.schedule.contenders`) on the prompts they skipped, so
+        that the costs deciding the deployment are on all n prompts."""
+        if not self._runs:
             reference = self._reference_correct()
             missing = sum(c is None for c in reference)
+            candidates = [c for c in self.cal.configs if c != self.cal.reference]
             if missing:
                 self.fallback = f"the reference has no outcome on {missing} prompts"
-                self._runs[config] = None
+                self._runs = dict.fromkeys(candidates)
             elif not any(reference):
                 self.fallback = "the reference answers no prompt correctly, so candidates' costs could not be measured"
-                self._runs[config] = None
+                self._runs = dict.fromkeys(candidates)
             else:
-                self._runs[config] = self._scheduled_run(config, reference)
-                self._ran[config] = set(self._runs[config].ran)
+                for name in candidates:
+                    self._runs[name] = self._scheduled_run(name, reference)
+                    self._ran[name] = set(self._runs[name].ran)
+                self._decode_contenders()
         return self._runs[config]
+
+    def _decode_contenders(self) -> None:
+        """Decode each valid candidate on the prompts its schedule skipped, in prompt order
+        (a replayed grid's costs are on all prompts already: nothing to decode)."""
+        cal = self.cal
+        if cal.replayed:
+            return
+        runs = [self._runs.get(name) for name in cal.configs]
+        for i in contenders(runs, cal.configs.index(cal.reference), cal.n, cal.alpha, cal.delta_share, cal.correction):
+            name = cal.configs[i]
+            rest = [j for j in range(cal.n) if j not in self._ran[name]]
+            size = self.batch_size
+            self._get(name, [Batch(k + 1, tuple(rest[s:s + size])) for k, s in enumerate(range(0, len(rest), size))])
+            self._ran[name].update(rest)
 
     def _scheduled_run(self, config: str, reference: list[bool]) -> CandidateRun:
         batches = self.schedule.batches(reference)
@@ -242,6 +265,19 @@ class Decoder:
             return [content_key({**shared, "prompt": _prompt_identity(p)}) for p in prompts]
         return [content_key({**shared, "prompt": _prompt_identity(p), "stop": stop_identity(self.cal, p)}) for p in prompts]
 
+    def _warn_shared_keys(self, config: str, keys: Iterable[str]) -> None:
+        """Two configs whose outcomes have the same key share them: say so once per pair (two
+        endpoints under one label, or a server flag changed without a new server_revision)."""
+        for key in keys:
+            owner = self._key_owner.setdefault(key, config)
+            if owner != config and (owner, config) not in self._shared:
+                self._shared.add((owner, config))
+                self.progress(
+                    f"redline {self.cal.grid.name}: warning: configs {owner!r} and {config!r} resolve to the same "
+                    "outcome key, so they share outcomes; if they are different deployments, give each its own "
+                    "engine_args (an endpoint's label or server_revision)"
+                )
+
     def _get(self, config: str, batches: Sequence[Batch], tracker: "_Progress | None" = None) -> None:
         if config in self._config_errors:
             return
@@ -252,6 +288,7 @@ class Decoder:
                 f"config {config!r}: {e}", traceback.format_exc(), short=f"config {config!r}: its engine failed to build"
             )
             return
+        self._warn_shared_keys(config, [k for ks in keys.values() for k in ks])
         own = tracker is None
         if own:
             tracker = _Progress(self, config, sum(len(b.prompts) for b in batches), len(batches))

@@ -15,6 +15,7 @@ from pytest_redline.checks import CORRECTIONS, probability_arg
 
 DEFAULT_GRID = "redline.yaml"
 DEFAULT_CACHE_DIR = ".redline"
+PATH_OPTIONS = ("--redline-grid", "--redline-cache-dir", "--redline-report", "--redline-outcomes")
 
 
 def seed_arg(text: str) -> int:
@@ -127,3 +128,41 @@ def _ini_choice(config: pytest.Config, name: str, choices: tuple[str, ...]) -> s
     if text and text not in choices:
         raise pytest.UsageError(f"{config.inipath}: ini {name}: expected one of {', '.join(choices)}, got {text!r}")
     return text or None
+
+
+def check_spaced_paths(config: pytest.Config) -> None:
+    """A usage error when a path option written with a space moved the rootdir.
+
+    Pytest fixes the rootdir from the positional arguments before a plugin's options are
+    known, so in ``--redline-grid /outside/grid.yaml`` it takes ``/outside/grid.yaml`` for a
+    test path too, and the rootdir (the default grid, the store, the ini file) moves there.
+    The option itself still gets its value, so the case is: the value after a path option
+    names an existing path, and the rootdir without it would differ.
+    """
+    args = list(config.invocation_params.args)
+    spaced = [(a, v) for a, v in zip(args, args[1:]) if a in PATH_OPTIONS and Path(config.invocation_params.dir, v).exists()]
+    if not spaced:
+        return
+    intended = _rootdir_without(config, {v for _, v in spaced})
+    if intended is not None and intended == Path(config.rootpath):
+        return
+    option, value = spaced[0]
+    where = f"; without it the rootdir is {intended}" if intended is not None else ""
+    raise pytest.UsageError(
+        f"{option} {value}: pytest fixes the rootdir before plugin options are known, so it also took {value} "
+        f"as a test path and the rootdir moved to {config.rootpath}{where}. Write {option}={value} (with '=')"
+    )
+
+
+def _rootdir_without(config: pytest.Config, values: set[str]) -> Path | None:
+    """The rootdir pytest finds from the real positional arguments (None if it cannot say)."""
+    try:
+        from _pytest.config.findpaths import determine_setup
+
+        return determine_setup(
+            inifile=config.option.inifilename, override_ini=config.option.override_ini,
+            args=[a for a in config.option.file_or_dir if a not in values], rootdir_cmd_arg=config.option.rootdir or None,
+            invocation_dir=Path(config.invocation_params.dir),
+        )[0]
+    except Exception:  # another pytest's private signature: say what happened without the comparison
+        return None

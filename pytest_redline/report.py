@@ -34,31 +34,41 @@ def header(v: GridVerdict) -> str:
 
 
 def table_lines(v: GridVerdict) -> list[str]:
-    """The per-config table: R marks the reference, * the deployed config."""
+    """The per-config table: R marks the reference, * the deployed config, G the config a
+    gate names. Only figures comparable across rows are shown: accuracy, cost, gain and
+    d_acc on all n prompts ("-" for a config a scheduled run did not decode on every
+    prompt), acc_rc on the reference-correct prompts for every row."""
     r, sched = v.result, v.scheduled
-    rows = [("", "config", "run", "accuracy", "V", "risk", "risk_up", "p_value", "p_adj", "valid", "cost", "gain", "d_acc", "note")]
+    gated = v.cal.deploy if v.cal.mode == "gate" else None
+    kept = v.on_reference_correct()
+    rows = [("", "config", "run", "accuracy", "acc_rc", "V", "risk", "risk_up", "p_value", "p_adj", "valid", "cost", "gain",
+             "d_acc", "note")]
     for i, name in enumerate(r.names):
-        mark = ("R" if i == r.reference_index else " ") + ("*" if i == r.deployed_index else " ")
+        mark = ("R" if i == r.reference_index else " ") + ("*" if i == v.deployed_index else " ") + (("G" if name == gated else " ") if gated else "")
         bound = {"lower": ">=", "upper": "<="}.get(sched.bounds[i], "") if sched else ""
         run = int(sched.ran[i].sum()) if sched else v.cal.n
+        full = v.comparable(i)
         rows.append((
-            mark, name, str(run), f"{r.accuracy[i]:.4f}", f"{bound}{int(r.violations[i])}", f"{r.risk[i]:.4f}",
-            f"{r.risk_upper[i]:.4f}", text.number(r.p_values[i]), text.number(r.p_adjusted[i]), "valid" if r.valid[i] else "NOT valid",
-            f"{r.cost[i]:.4g}", _gain(r, i), f"{r.net_accuracy[i]:+.1f}", _note(v, i),
+            mark, name, str(run), f"{r.accuracy[i]:.4f}" if full else "-", f"{kept[i]:.4f}", f"{bound}{int(r.violations[i])}",
+            f"{r.risk[i]:.4f}", f"{r.risk_upper[i]:.4f}", text.number(r.p_values[i]), text.number(r.p_adjusted[i]),
+            "valid" if r.valid[i] else "NOT valid", f"{r.cost[i]:.4g}" if full else "-", _gain(r, i) if full else "-",
+            f"{r.net_accuracy[i]:+.1f}" if full else "-", _note(v, i),
         ))
-    lines = text.table(rows, left=(1, 13))
-    lines.append("R reference, * deployed; run: prompts decoded; risk_up: Clopper-Pearson upper bound at 1 - delta; "
-                 "d_acc: accuracy points vs the reference")
+    lines = text.table(rows, left=(1, 14))
+    lines.append("R reference, * deployed" + (", G gated (deploy: NAME)" if gated else "") + "; run: prompts decoded; "
+                 "accuracy, cost, gain, d_acc (accuracy points vs the reference): on all prompts; acc_rc: accuracy on the "
+                 "reference-correct prompts" + (" it ran on" if sched else "") + "; risk_up: Clopper-Pearson upper bound at 1 - delta")
     if sched:
-        lines.append(_basis_line(sched))
+        lines.append(_basis_line(v))
     return lines
 
 
-def _basis_line(sched: Any) -> str:
-    line = ">= / <=: the bound on V that decided an early stop (risk, risk_up and p-values follow it); "
-    if sched.cost_basis == "all prompts":
-        return line + "cost, accuracy and d_acc on all prompts (replayed outcomes)"
-    return line + "cost and accuracy on the prompts each config ran on, d_acc paired with the reference there"
+def _basis_line(v: GridVerdict) -> str:
+    line = ">= / <=: the bound on V that decided an early stop (risk, risk_up and p-values follow it)"
+    if all(v.comparable(i) for i in range(v.cal.m)):
+        return line + "; every config's figures on all prompts"
+    return (line + "; -: not decoded on every prompt (stopped early or skipped where the reference is wrong), so "
+            "not comparable; the valid configs were decoded on every prompt, so the deployment uses costs on all of them")
 
 
 def _note(v: GridVerdict, i: int) -> str:
@@ -96,9 +106,9 @@ def schedule_lines(v: GridVerdict) -> list[str]:
         lines.append(_spend_line(v.spend))
         if v.spend.config_seconds:
             lines.append(_decode_line(v))
-    if v.scheduled is not None and v.scheduled.deploy_may_differ:
-        lines.append("note: costs were measured on the prompts each config ran on; --redline-full measures them on all "
-                     "prompts, where valid configs may change cost order and another be deployed (the valid set cannot change)")
+    if v.cal.cost_estimated:
+        lines.append(f"note: the cost {v.cal.grid.cost} is a measured wall time, so the cost ranking (and the deployed "
+                     "config) is an estimate; the certificate, which concerns correctness only, is exact")
     return lines
 
 
@@ -162,24 +172,46 @@ def _scored(reg: dict) -> str:
 
 
 def grid_verdict(v: GridVerdict) -> str:
+    """The grid's verdict line. In gate mode it leads with the named config and whether it is
+    certified, then what to deploy (it, or the reference)."""
     cal = v.cal
+    gate = f"{cal.deploy} " if cal.mode == "gate" else ""
     if not v.complete:
-        return f"NOT CERTIFIED ({cal.grid.name}): partial run, {len(v.missing)} items missing"
+        return f"NOT CERTIFIED ({cal.grid.name}): {gate}partial run, {len(v.missing)} items missing" + _fallback(v)
     if v.error:
-        return f"NOT CERTIFIED ({cal.grid.name}): {v.error}"
-    r = v.result
-    d = r.deployed_index
-    deployed = f"deploy {r.deployed}" + (
-        " (the reference)" if d == r.reference_index else f" ({_gain(r, d)} {cal.grid.cost}, {r.net_accuracy[d]:+.1f} accuracy points)"
-    )
+        return f"NOT CERTIFIED ({cal.grid.name}): {gate}{v.error}" + _fallback(v)
+    if cal.mode == "gate":
+        state = "is certified" if v.certified else f"is NOT valid at alpha={cal.alpha:g}"
+        return f"{'' if v.certified else 'NOT '}CERTIFIED ({cal.grid.name}, gate): {cal.deploy} {state}; {_deploy_text(v)}"
     if v.certified:
-        what = {"select": "", "gate": f"{cal.deploy} is valid; ", "all": "every candidate is valid; "}[cal.mode]
-        return f"CERTIFIED ({cal.grid.name}, {cal.mode}): {what}{deployed}"
+        what = {"select": "", "all": "every candidate is valid; "}[cal.mode]
+        return f"CERTIFIED ({cal.grid.name}, {cal.mode}): {what}{_deploy_text(v)}"
     failed = v.not_certified
     return (
         f"NOT CERTIFIED ({cal.grid.name}, {cal.mode}): {len(failed)} of {len(v.required)} required configs "
         f"not valid at alpha={cal.alpha:g}: {', '.join(failed)}"
     )
+
+
+def _fallback(v: GridVerdict) -> str:
+    return f"; deploy the reference {v.cal.reference}" if v.cal.mode == "gate" else ""
+
+
+def _deploy_text(v: GridVerdict, index: int | None = None, verb: str = "deploy") -> str:
+    r = v.result
+    d = v.deployed_index if index is None else index
+    if d == r.reference_index:
+        return f"{verb} {r.names[d]} (the reference)"
+    return f"{verb} {r.names[d]} ({_gain(r, d)} {v.cal.grid.cost}, {r.net_accuracy[d]:+.1f} accuracy points)"
+
+
+def hint_line(v: GridVerdict) -> str | None:
+    """Gate mode: the best valid config, as a hint beside the named one (None elsewhere)."""
+    if v.cal.mode != "gate" or v.result is None or v.error:
+        return None
+    best = v.result.deployed_index
+    return "hint: " + _deploy_text(v, best, "the fastest valid config is") + (
+        " (what deploy: fastest would serve)" if best != v.deployed_index else "")
 
 
 def grid_lines(v: GridVerdict, verbosity: int) -> list[str]:
@@ -193,16 +225,21 @@ def grid_lines(v: GridVerdict, verbosity: int) -> list[str]:
     lines.append(f"outcomes: {v.record.count('store')} reused from the store, {v.record.count('decoded')} decoded")
     lines += schedule_lines(v)
     lines += regression_lines(v, verbosity)
+    hint = hint_line(v)
+    if hint:
+        lines.append(hint)
     lines.append(grid_verdict(v))
     return lines
 
 
-def session_line(verdicts: Sequence[GridVerdict]) -> tuple[str, bool]:
-    """The one line that says whether the session certified (and its exit status)."""
+def session_line(verdicts: Sequence[GridVerdict], exitstatus: int = 1) -> tuple[str, bool]:
+    """The one line that says whether the session certified, and the exit status the
+    process returns (2 after an interrupt, not the 1 of an uncertified run)."""
     failed = [v.cal.grid.name for v in verdicts if not v.certified]
     if not failed:
         return f"REDLINE CERTIFIED: {len(verdicts)} grid{'s' * (len(verdicts) != 1)}", True
-    return f"REDLINE NOT CERTIFIED: {', '.join(failed)} (exit status 1)", False
+    why = "interrupted, " if int(exitstatus) == 2 else ""
+    return f"REDLINE NOT CERTIFIED: {', '.join(failed)} ({why}exit status {int(exitstatus)})", False
 
 
 # --------------------------------------------------------------------------- JSON
@@ -211,7 +248,10 @@ def session_line(verdicts: Sequence[GridVerdict]) -> tuple[str, bool]:
 def grid_report(v: GridVerdict) -> dict[str, Any]:
     """The JSON report object of one grid (DESIGN.md), plus partial-run and regression detail."""
     cal = v.cal
-    out: dict[str, Any] = {
+    out: dict[str, Any] = {}
+    if cal.mode == "gate":  # a gate's report leads with the named config and whether it is certified
+        out.update(requested=cal.deploy, certified=v.certified)
+    out.update({
         "grid": cal.grid.name,
         "grid_file": cal.label,
         "alpha": cal.alpha,
@@ -220,6 +260,7 @@ def grid_report(v: GridVerdict) -> dict[str, Any]:
         "grids_in_session": cal.grids_in_session,
         "correction": cal.correction,
         "family": "all",  # the reference counts in the Holm family (the paper's convention)
+        "checkpoints": dict(getattr(cal, "declared", {})),  # per config: family, block size, mask id used
         "n": cal.n,
         "m": cal.m,
         "reference": cal.reference,
@@ -227,7 +268,8 @@ def grid_report(v: GridVerdict) -> dict[str, Any]:
         "direction": cal.grid.direction,
         "deploy_mode": cal.mode,
         "deploy": cal.deploy,
-        "deployed": v.result.deployed if v.result is not None else None,
+        "deployed": v.deployed,
+        "best_valid": v.best_valid,
         "certified": v.certified,
         "complete": v.complete,
         "required": list(v.required),
@@ -240,7 +282,7 @@ def grid_report(v: GridVerdict) -> dict[str, Any]:
         "error": v.error,
         "schedule": _schedule(v),
         "spend": v.spend.to_dict() if v.spend is not None else None,
-    }
+    })
     return out
 
 
@@ -253,8 +295,7 @@ def _schedule(v: GridVerdict) -> dict[str, Any]:
         "seed": v.cal.seed,
         "skipped": {"reference_wrong": record.skipped(REFERENCE_WRONG),
                     "early_stop": len(record.skips) - record.skipped(REFERENCE_WRONG)},
-        "cost_basis": v.scheduled.cost_basis if v.scheduled else "all prompts",
-        "deploy_may_differ": bool(v.scheduled and v.scheduled.deploy_may_differ),
+        "cost_estimated": v.cal.cost_estimated,
     }
 
 
@@ -265,9 +306,14 @@ def _configs(v: GridVerdict) -> list[dict[str, Any]]:
     entries = v.result.to_dict()["configs"]
     prompts = [p.id for p in v.cal.prompts]
     sched = v.scheduled
+    kept = v.on_reference_correct()
     for i, entry in enumerate(entries):
         entry["params"] = dict(params[entry["name"]])
         entry["decode_seconds"] = _seconds(v, entry["name"])
+        entry["accuracy_on_reference_correct"] = float(kept[i])  # on those it ran on, in a scheduled run
+        if not v.comparable(i):  # accuracy, cost, gain: all-prompt figures; this config ran on fewer
+            entry["cost_on_prompts_run"], entry["gain_on_prompts_run"] = entry["cost"], entry["gain"]
+            entry.update(accuracy=None, net_accuracy_points=None, cost=None, gain=None)
         ran = [p for p, r in zip(prompts, sched.ran[i]) if r] if sched else prompts
         entry["prompts_run"] = len(ran)
         entry["ran_on"] = ran

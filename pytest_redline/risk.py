@@ -281,7 +281,7 @@ def _holm_adjusted_rows(p: np.ndarray, tested: np.ndarray) -> np.ndarray:
         return out
     order = np.argsort(p[..., cols], axis=-1, kind="stable")
     sorted_p = np.take_along_axis(p[..., cols], order, axis=-1)
-    adjusted = np.minimum(1.0, np.maximum.accumulate(sorted_p * (k - np.arange(k)), axis=-1))
+    adjusted = np.minimum(1.0, np.maximum.accumulate(_level_needed(sorted_p, k - np.arange(k)), axis=-1))
     sub = np.empty(sorted_p.shape)
     np.put_along_axis(sub, order, adjusted, axis=-1)
     out[..., cols] = sub
@@ -289,7 +289,24 @@ def _holm_adjusted_rows(p: np.ndarray, tested: np.ndarray) -> np.ndarray:
 
 
 def _bonferroni_adjusted_rows(p: np.ndarray, tested: np.ndarray) -> np.ndarray:
-    return np.where(tested, np.minimum(1.0, p * max(int(tested.sum()), 1)), np.nan)
+    return np.where(tested, np.minimum(1.0, _level_needed(p, max(int(tested.sum()), 1))), np.nan)
+
+
+def _level_needed(p: np.ndarray, divisor: Any) -> np.ndarray:
+    """The smallest float d with ``p <= d / divisor`` as the tests compute it (``p * divisor``
+    up to an ulp or two), so that an adjusted p-value is at most delta exactly when the test
+    rejects at delta: at delta = 0.23, ``3 * (0.23 / 3)`` is 0.23000000000000004 > delta,
+    although ``0.23 / 3 <= 0.23 / 3`` rejects. Division by a positive constant is monotone
+    in floating point, so for every delta: ``p <= delta / divisor`` iff ``d <= delta``."""
+    p, divisor = np.asarray(p, dtype=float), np.asarray(divisor, dtype=float)
+    d = p * divisor
+    for _ in range(8):  # each pass moves one ulp; two suffice in practice
+        up = d / divisor < p
+        down = ~up & (d > 0) & (np.nextafter(d, -np.inf) / divisor >= p)
+        if not (up.any() or down.any()):
+            break
+        d = np.where(up, np.nextafter(d, np.inf), np.where(down, np.nextafter(d, -np.inf), d))
+    return d
 
 
 def family_mask(m: int, reference: int, family: str) -> np.ndarray:
@@ -646,15 +663,22 @@ def select_deployed(valid: Any, score: Any, reference: int) -> np.ndarray:
     """The deployment rule: per row of ``valid`` (shape (..., m)), the index of the config to
     serve, the best ``score`` (higher is better) among the valid configs and the reference.
 
-    The first listed wins a tie. ``score`` has shape (m,) or broadcasts against ``valid``
-    (e.g. a per-split cost). Vectorized over every leading axis (budgets, splits).
+    The reference wins a tie (a candidate must be strictly better: nothing is gained by
+    serving an equally fast lossy config); among tied candidates the first listed wins.
+    ``score`` has shape (m,) or broadcasts against ``valid`` (e.g. a per-split cost).
+    Vectorized over every leading axis (budgets, splits).
 
     >>> select_deployed([[False, True, True], [False, False, False]], [1.0, 2.0, 2.0], 0).tolist()
     [1, 0]
+    >>> select_deployed([True, True], [2.0, 2.0], 1).tolist()
+    1
     """
     candidates = np.array(valid, dtype=bool)
     candidates[..., reference] = True
-    return np.argmax(np.where(candidates, score, -np.inf), axis=-1)
+    masked = np.where(candidates, score, -np.inf)
+    best = np.argmax(masked, axis=-1)
+    better = np.take_along_axis(masked, best[..., None], axis=-1)[..., 0] > masked[..., reference]
+    return np.where(better, best, reference)
 
 
 def certify(
@@ -707,8 +731,9 @@ def certify(
         Configs that may be deployed (default all). The reference is always eligible.
 
     Selection: the deployed config has the best cost among the valid eligible configs and
-    the reference; the first listed wins a tie. A valid config whose cost is worse than
-    the reference's is therefore never deployed.
+    the reference; the reference wins a tie (a candidate must be strictly better), and the
+    first listed wins a tie between candidates. A valid config whose cost is not better
+    than the reference's is therefore never deployed.
 
     Returns
     -------

@@ -20,6 +20,16 @@ p-values by the bounds (:meth:`StopRule.bound`) leaves every config's valid / no
 status as the full run's. Every other candidate runs on every reference-correct prompt,
 so its V(lambda) is exact.
 
+Why the deployment is unchanged: the deployed config is the best-cost one among the valid
+configs and the reference, by costs on all n prompts. A candidate's cost on the prompts it
+ran on is a biased estimate of that (it skipped the prompts the reference gets wrong, which
+are often the long ones), and nothing bounds the cost of the prompts it skipped, so every
+valid candidate could beat the current best. So once every schedule has run, the valid set
+is known (:func:`contenders`) and each valid candidate, the *contenders*, is decoded on
+the prompts it skipped. The reference ran on all prompts already. For deterministic
+engines and costs the scheduled run then deploys what the full run deploys; a measured
+wall time differs between any two runs, so there the ranking is an estimate either way.
+
 Plain numpy; no pytest, no store. ``Decoder`` drives :meth:`Schedule.run` with a fetch
 function, and the verdict checks every stop again with :meth:`StopRule.decide`.
 """
@@ -84,6 +94,23 @@ class CandidateRun:
     stop: str | None  # CANNOT or CERTAIN when it stopped with reference-correct prompts left
     violations: int
     unknown: int  # reference-correct prompts without an outcome (not reached, or errored)
+
+
+def contenders(
+    runs: Sequence[CandidateRun | None], reference: int, n: int, alpha: float, delta: float, correction: str,
+) -> tuple[int, ...]:
+    """The candidates whose cost can decide the deployment: the valid ones, in config order.
+
+    ``runs[i]`` is candidate i's schedule (None for the reference). Validity comes from
+    the violation counts the certificate uses (:meth:`StopRule.bound`), so it is the full
+    run's (see the module docstring). A candidate with prompts left unknown (an error) and
+    no stop enters with its violations so far; such a run is partial and certifies nothing.
+    """
+    from pytest_redline import risk
+
+    bounds = [0 if r is None else min(n, StopRule.bound(r.violations, r.unknown, r.stop)) for r in runs]
+    valid = risk.certify_counts(bounds, n, np.ones(len(runs)), reference, alpha, delta, correction=correction).valid
+    return tuple(i for i, run in enumerate(runs) if run is not None and valid[i])
 
 
 class Schedule:

@@ -22,7 +22,7 @@ from pytest_redline.decode import DecodeError, Decoder
 from pytest_redline.enginebook import EngineBook
 from pytest_redline.grid import GridError, load_grid
 from pytest_redline.ledger import Ledger
-from pytest_redline.options import DEFAULT_GRID, GateOptions
+from pytest_redline.options import DEFAULT_GRID, GateOptions, check_spaced_paths
 from pytest_redline.record import PromptKey
 from pytest_redline.store import OutcomeStore, StoreError
 from pytest_redline.verdict import GridVerdict, judge
@@ -54,6 +54,7 @@ class Gate:
         self.file_notes: list[str] = []
         self.decode_seconds: dict[str, dict[str, float]] = {}  # per grid and config, summed over xdist workers
         self.fallbacks: dict[str, str] = {}  # per grid: why scheduling could not hold
+        self.exitstatus: int = 1  # what the process returns, once finish() has decided it
         self._first_error: dict[str, str] = {}  # error message -> the item that reported it in full
 
     # ------------------------------------------------------------------ start and stop
@@ -61,6 +62,7 @@ class Gate:
     @classmethod
     def start(cls, config: pytest.Config) -> "Gate":
         """Resolve options and grids, prepare every grid and open the store: usage errors now."""
+        check_spaced_paths(config)
         options = GateOptions.from_config(config)
         paths = resolve_grids_and_rewrite_args(config, options)
         engines = EngineBook()
@@ -173,10 +175,9 @@ class Gate:
             self.file_notes.append(f"JSON report: {self.options.report}")
         if self.options.outcomes is not None:
             self.file_notes += report.write_outcomes(self.options.outcomes, self.verdicts)
-        if all(v.certified for v in self.verdicts):
-            return exitstatus
-        if exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
-            return pytest.ExitCode.TESTS_FAILED
+        if not all(v.certified for v in self.verdicts) and exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+            exitstatus = pytest.ExitCode.TESTS_FAILED
+        self.exitstatus = int(exitstatus)
         return exitstatus
 
     def _judge(self, cal: Calibration) -> GridVerdict:
@@ -203,7 +204,7 @@ class Gate:
                 terminal.write_line(line)
         for note in self.file_notes:
             terminal.write_line(note)
-        text, ok = report.session_line(self.verdicts)
+        text, ok = report.session_line(self.verdicts, self.exitstatus)
         terminal.write_sep("=", text, bold=True, green=ok, red=not ok)
 
 

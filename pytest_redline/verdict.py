@@ -38,7 +38,11 @@ class Scheduled:
     ``upper`` bound (stopped: certain to pass); ``risk_estimate`` is V / n when V is exact or
     the grid replayed, else the violation rate on the reference-correct prompts it ran on
     (a uniform sample of them, by the seeded order) times their share of n.
-    ``cost_basis`` is ``all prompts`` (replayed) or ``prompts run`` (live).
+    ``complete_rows`` marks the configs whose cost and accuracy are on all n prompts (every
+    config of a replayed grid; in a live run the reference and the valid candidates, which
+    are decoded on the prompts they skipped); the others' figures are on the prompts they
+    ran on, not comparable. ``on_reference_correct`` is each config's accuracy on the
+    reference-correct prompts it ran on (a uniform sample of them): comparable across rows.
     """
 
     result: Any  # risk.RedlineResult
@@ -46,16 +50,8 @@ class Scheduled:
     stops: tuple[str | None, ...]
     bounds: tuple[str, ...]
     risk_estimate: np.ndarray
-    cost_basis: str
-
-    @property
-    def deploy_may_differ(self) -> bool:
-        """Whether a full run could deploy another config: costs were measured on reduced
-        prompt sets and another valid config (or the reference) could outrank the deployed
-        one there. The valid set itself cannot differ."""
-        r = self.result
-        others = [i for i in range(r.m) if (r.valid[i] or i == r.reference_index) and i != r.deployed_index]
-        return self.cost_basis == "prompts run" and bool(others)
+    complete_rows: np.ndarray
+    on_reference_correct: np.ndarray
 
 
 def certify_scheduled(
@@ -81,9 +77,10 @@ def certify_scheduled(
     must have a stop that the rule confirms from its violations so far and the prompts left;
     anything else is a ValueError (the schedule was not followed). ``cost`` is each
     config's cost (on the prompts it ran on, or on all when ``everything`` is known).
-    ``everything`` (configs x prompts, replayed grids) gives accuracy on all prompts;
-    without it accuracy is on the prompts each config ran on, and net accuracy is paired
-    with the reference's on those same prompts.
+    ``everything`` (configs x prompts, replayed grids) gives accuracy on all prompts.
+    Without it (a live run) every valid config must have run on every prompt, since its
+    cost decides the deployment (a ValueError otherwise); the others' accuracy and net
+    accuracy are NaN (not measured on all prompts).
     """
     from pytest_redline import risk
 
@@ -95,39 +92,42 @@ def certify_scheduled(
     known = np.count_nonzero(ran & ref_right & ~correct, axis=1)
     unknown = np.count_nonzero(~ran & ref_right, axis=1)
     stops = tuple(stops)
+    label = (lambda i: names[i]) if names is not None else (lambda i: i)
     for i in range(m):
         if unknown[i] and rule.decide(int(known[i]), int(unknown[i])) != stops[i]:
-            label = names[i] if names is not None else i
             raise ValueError(
-                f"config {label!r} skipped {unknown[i]} reference-correct prompts, but its stop "
+                f"config {label(i)!r} skipped {unknown[i]} reference-correct prompts, but its stop "
                 f"({stops[i]!r}) is not what the rule decides from V = {known[i]}"
             )
     stops = tuple(s if unknown[i] else None for i, s in enumerate(stops))
     bound = np.array([StopRule.bound(int(known[i]), int(unknown[i]), stops[i]) for i in range(m)])
-    if everything is not None:
-        accuracy = np.asarray(everything, dtype=bool).mean(axis=1)
-        net = 100.0 * (accuracy - accuracy[reference])
-    else:
-        runs = np.maximum(ran.sum(axis=1), 1)
-        accuracy = np.count_nonzero(ran & correct, axis=1) / runs
-        net = 100.0 * (np.count_nonzero(ran & correct, axis=1) - np.count_nonzero(ran & ref_right, axis=1)) / runs
+    rows = np.ones(m, dtype=bool) if everything is not None else ran.all(axis=1)
+    table = np.asarray(everything, dtype=bool) if everything is not None else correct
+    accuracy = np.where(rows, table.mean(axis=1), np.nan)
+    right_run = ran & ref_right if everything is None else np.broadcast_to(ref_right, ran.shape)
+    kept = np.count_nonzero(right_run & table, axis=1) / np.maximum(np.count_nonzero(right_run, axis=1), 1)
     result = risk.certify_counts(
         bound, n, cost, reference, alpha, delta, accuracy=accuracy, names=names,
         lower_is_better=lower_is_better, gain=gain, correction=correction,
     )
-    result = dataclasses.replace(result, net_accuracy=_frozen(net))
+    short = [i for i in np.flatnonzero(result.valid) if not rows[i]]
+    if short:
+        i = short[0]
+        raise ValueError(f"config {label(i)!r} is valid, so its cost decides the deployment, but it ran on "
+                         f"{int(ran[i].sum())} of {n} prompts (the schedule decodes valid configs on every prompt)")
     if everything is not None:  # replayed: the risk itself
         estimate = risk.violations(everything, reference) / n
     else:
-        right_run = np.count_nonzero(ran & ref_right, axis=1)
-        estimate = np.where(unknown > 0, known / np.maximum(right_run, 1) * ref_right.sum() / n, bound / n)
+        right_ran = np.count_nonzero(ran & ref_right, axis=1)
+        estimate = np.where(unknown > 0, known / np.maximum(right_ran, 1) * ref_right.sum() / n, bound / n)
     return Scheduled(
         result=result,
         ran=_frozen(ran),
         stops=stops,
         bounds=tuple(BOUNDS[s] for s in stops),
         risk_estimate=_frozen(estimate),
-        cost_basis="all prompts" if everything is not None else "prompts run",
+        complete_rows=_frozen(rows),
+        on_reference_correct=_frozen(kept),
     )
 
 
@@ -172,6 +172,38 @@ class GridVerdict:
     @property
     def certified(self) -> bool:
         return self.complete and self.result is not None and not self.not_certified
+
+    @property
+    def deployed_index(self) -> int | None:
+        """The config to serve. Gate mode: the named config when certified, else the
+        reference; the other modes: the best valid config or the reference (None when
+        nothing was certified)."""
+        if self.cal.mode == "gate":
+            return self.cal.configs.index(self.cal.deploy if self.certified else self.cal.reference)
+        return None if self.result is None else self.result.deployed_index
+
+    @property
+    def deployed(self) -> str | None:
+        i = self.deployed_index
+        return None if i is None else self.cal.configs[i]
+
+    @property
+    def best_valid(self) -> str | None:
+        """The best-cost config among the valid ones and the reference (what selection would
+        deploy): in gate mode a hint beside the named config."""
+        return None if self.result is None else self.result.deployed
+
+    def comparable(self, i: int) -> bool:
+        """Whether config i's cost and accuracy are on all n prompts (comparable across rows)."""
+        return self.scheduled is None or bool(self.scheduled.complete_rows[i])
+
+    def on_reference_correct(self) -> np.ndarray:
+        """Each config's accuracy on the reference-correct prompts (those it ran on, in a
+        scheduled run): the one accuracy figure every row of a scheduled run has."""
+        if self.scheduled is not None:
+            return self.scheduled.on_reference_correct
+        right = self.table.correct[self.result.reference_index]
+        return np.count_nonzero(self.table.correct & right, axis=1) / max(int(right.sum()), 1)
 
     def risk_estimate(self, i: int) -> float:
         return float(self.scheduled.risk_estimate[i] if self.scheduled else self.result.risk[i])

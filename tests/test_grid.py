@@ -187,3 +187,30 @@ def test_valid_mixed_grid_configs_for_their_engines() -> None:
     assert FlowConfig.from_params({}) in configs["flowblock"]  # each engine's defaults are a candidate
     assert BatchConfig.from_params({}) in configs["blockbatch"]
     assert all(len(found) >= 2 for found in configs.values())
+
+
+OUR_ENGINES = ("block_diffusion", "flowblock", "blockbatch", "speculative", "quantized", "replay")
+
+
+@pytest.mark.parametrize("name", OUR_ENGINES)
+def test_model_free_check_config_every_engine(name: str) -> None:
+    """Each engine class the registry returns checks a config without a model: its defaults
+    pass, an unknown key is a ValueError naming it and listing the known keys."""
+    from pytest_redline import registry
+
+    engine = registry.factory(registry.ENGINES, name)
+    engine.check_config({"config": "acc95/semi90"} if name == "replay" else {})
+    with pytest.raises(ValueError, match=rf"^{name}: unknown config key 'accept_treshold'; known keys: "):
+        engine.check_config({"accept_treshold": 0.9})
+
+
+def test_shipped_grids_pass_check_config() -> None:
+    """Every config of every shipped grid passes its engine's check (the gate runs it too)."""
+    from pytest_redline import registry
+
+    for path in sorted((Path(__file__).resolve().parent.parent / "grids").glob("*.yaml")):
+        grid = load_grid(path)
+        for spec in grid.configs or ():
+            engine = registry.factory(registry.ENGINES, spec.engine or grid.engine)
+            if hasattr(engine, "check_config") and spec.params:
+                engine.check_config(dict(spec.params))

@@ -86,24 +86,39 @@ def test_select_mode_deploys_fastest_valid_config(project: Project) -> None:
     assert (entries["rash"]["violations"], entries["rash"]["valid"], entries["rash"]["prompts_needed"]) == (15, False, None)
 
 
-def test_gate_mode_certifies_named_config(project: Project) -> None:
-    project.grid(deploy="fast")
+GATE_CONFIGS = "{ref: {forwards: 10}, slow: {forwards: 8}, fast: {forwards: 5, wrong: [q3]}, rash: {forwards: 2, wrong_every: 4}}"
+
+
+def test_gate_mode_leads_with_named_config(project: Project) -> None:
+    """deploy: slow, while fast is the fastest valid config: the verdict, the mark and the
+    JSON name slow (certified, deployed); fast is only a hint (best_valid)."""
+    project.grid(deploy="slow", configs=GATE_CONFIGS)
     result = project.run(ALPHA, "--redline-report=report.json")
     assert result.ret == 0
-    result.stdout.fnmatch_lines(["*CERTIFIED (fake-grid, gate): fast is valid; deploy fast*"])
+    result.stdout.fnmatch_lines([
+        "R    ref*", " [*]G  slow*valid*+25.0%*", "     fast*valid*+100.0%*",
+        "*G gated (deploy: NAME)*",
+        "hint: the fastest valid config is fast (+100.0% tpf, -1.7 accuracy points) (what deploy: fastest would serve)",
+        "CERTIFIED (fake-grid, gate): slow is certified; deploy slow (+25.0% tpf, +0.0 accuracy points)",
+    ])
     report = project.report()
-    assert (report["deploy_mode"], report["required"], report["certified"]) == ("gate", ["fast"], True)
+    assert list(report)[:2] == ["requested", "certified"]
+    assert (report["requested"], report["certified"], report["deployed"], report["best_valid"]) == ("slow", True, "slow", "fast")
+    assert (report["deploy_mode"], report["required"]) == ("gate", ["slow"])
 
 
-def test_gate_mode_fails_when_named_config_not_valid(project: Project) -> None:
-    project.grid()
+def test_gate_mode_deploys_reference_when_named_config_not_valid(project: Project) -> None:
+    project.grid(configs=GATE_CONFIGS)
     result = project.run(ALPHA, "--redline-deploy", "rash", "--redline-report=report.json")
     assert result.ret == 1
     result.stdout.fnmatch_lines([
-        "*NOT CERTIFIED (fake-grid, gate): 1 of 1 required configs not valid at alpha=0.1: rash*",
+        "R[*]   ref*", "     fast*valid*", "  G  rash*NOT valid*",
+        "NOT CERTIFIED (fake-grid, gate): rash is NOT valid at alpha=0.1; deploy ref (the reference)",
         "*REDLINE NOT CERTIFIED: fake-grid (exit status 1)*",
     ])
-    assert project.report()["not_certified"] == ["rash"]
+    report = project.report()
+    assert (report["requested"], report["certified"], report["deployed"], report["best_valid"]) == ("rash", False, "ref", "fast")
+    assert report["not_certified"] == ["rash"]
 
 
 def test_all_mode_requires_every_candidate(project: Project) -> None:
@@ -141,7 +156,8 @@ def test_regressions_do_not_fail_certified_session(project: Project) -> None:
         "*candidate answer: 'wrong'*",
     ])
     assert project.report()["regressions"] == [
-        {"config": "fast", "prompt": "q3", "reference_answer": "4", "candidate_answer": "wrong"}
+        {"config": "fast", "prompt": "q3", "reference_answer": "4", "candidate_answer": "wrong",
+         "reference_extracted": None, "reference_rule": "score", "candidate_extracted": None, "candidate_rule": "score"}
     ]
     case = ET.parse(project.path / "junit.xml").find(".//testcase[@name='q3'][@classname='redline.yaml.fast']")
     properties = {p.get("name"): p.get("value") for p in case.iter("property")}

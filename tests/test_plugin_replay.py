@@ -63,7 +63,7 @@ def test_replay_reproduces_published_llada2_math(project: Project) -> None:
     assert gated.ret == 1
     gated.stdout.fnmatch_lines([
         "*acc85/semi70*>=*NOT valid*stopped early: cannot be certified; no n would certify it: risk 0.0721 >= alpha*",
-        "*NOT CERTIFIED (llada2-math-published, gate): 1 of 1 required configs not valid at alpha=0.05: acc85/semi70*",
+        "NOT CERTIFIED (llada2-math-published, gate): acc85/semi70 is NOT valid at alpha=0.05; deploy acc95/semi90 (the reference)",
         "*REDLINE NOT CERTIFIED: llada2-math-published (exit status 1)*",
     ])
     assert project.report("gate.json")["certified"] is False

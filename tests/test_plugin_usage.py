@@ -150,4 +150,17 @@ def test_newer_store_refused(project: Project) -> None:
         con.execute("UPDATE redline_schema SET version = 99")
     result = project.run(ALPHA)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*written by a newer pytest-redline (schema 99, this one reads 1)*"])
+    from pytest_redline.store import SCHEMA_VERSION
+
+    result.stderr.fnmatch_lines([f"*written by a newer pytest-redline (schema 99, this one reads {SCHEMA_VERSION})*"])
+
+
+def test_usage_error_config_key_typo_before_model_loads(project: Project) -> None:
+    """accept_treshold: exit 4 naming the grid file, the config and the key, with a "did you
+    mean", from block_diffusion's model-free check_config (nothing loads, nothing decodes)."""
+    project.grid("name: typo\nsuite: arithmetic\nsuite_args: {n: 64}\nengine: block_diffusion\ncost: tpf\n"
+                 "reference: acc95/semi90\nconfigs:\n  acc95/semi90: {accept_threshold: 0.95}\n"
+                 "  acc85/semi80: {accept_treshold: 0.85, semi_complete_threshold: 0.8}\n")
+    result = project.run(ALPHA)
+    expect_usage_error(project, result, "ERROR: *redline.yaml: configs.acc85/semi80.accept_treshold: block_diffusion: "
+                       "unknown config key 'accept_treshold'; known keys: * (did you mean 'accept_threshold'?)")

@@ -133,16 +133,24 @@ def test_order_invariant_holm(p, delta, rnd):
 def test_equivalent_holm_statsmodels(p, delta):
     reject, adjusted, _, _ = multipletests(p, alpha=delta, method="holm")
     assert np.array_equal(risk.holm(p, delta), reject)
-    assert np.allclose(risk.holm_adjusted(p), adjusted, rtol=1e-15, atol=0)
+    # ours is the smallest level at which holm rejects: p * K up to an ulp (subnormals: atol)
+    assert np.allclose(risk.holm_adjusted(p), adjusted, rtol=1e-15, atol=1e-300)
 
 
 @given(p_values, deltas)
+@example([0.23 / 3, 1.0, 1.0], 0.23)  # 3 * (0.23 / 3) = 0.23000000000000004 > 0.23, yet holm rejects
+@example([0.1 / 7, 0.1 / 6, 0.5], 0.1)
 def test_equivalent_holm_adjusted_threshold(p, delta):
-    """Holm rejects exactly where the adjusted p-value is at most delta (up to rounding)."""
-    adjusted = risk.holm_adjusted(p)
-    h = risk.holm(p, delta)
-    clear = np.abs(adjusted - delta) > 1e-12 * delta
-    assert np.array_equal(h[clear], (adjusted <= delta)[clear])
+    """Holm rejects exactly where the adjusted p-value is at most delta, at the boundary too."""
+    assert np.array_equal(risk.holm(p, delta), risk.holm_adjusted(p) <= delta)
+
+
+@given(p_values, deltas)
+@example([0.23 / 3, 1.0, 1.0], 0.23 / 3)
+def test_equivalent_bonferroni_adjusted_threshold(p, delta):
+    """Bonferroni rejects exactly where its adjusted p-value (the report's p_adj) is at most delta."""
+    adjusted = risk._bonferroni_adjusted_rows(np.asarray(p, dtype=float), np.ones(len(p), dtype=bool))
+    assert np.array_equal(risk.bonferroni(p, delta), adjusted <= delta)
 
 
 @given(p_values)
@@ -178,9 +186,20 @@ def test_best_valid_or_reference_deployed(problem, alpha, delta, lower, family):
     assert d == ref or result.valid[d]
     better = result.cost < result.cost[d] if lower else result.cost > result.cost[d]
     assert not np.any(better & result.valid) and not better[ref]
-    # First listed wins ties among the deployable configs.
-    deployable = result.valid | (np.arange(result.m) == ref)
-    assert not np.any(deployable[:d] & (result.cost[:d] == result.cost[d]))
+    # The reference wins a tie with it (a candidate must be strictly better); else the first listed.
+    assert d == ref or result.cost[d] != result.cost[ref]
+    assert not np.any(result.valid[:d] & (result.cost[:d] == result.cost[d]))
+
+
+@given(problems(), alphas, st.booleans())
+@example((np.ones((2, 5), dtype=bool), np.array([2.0, 2.0]), 1), 0.3, False)  # a tie, the reference listed last
+def test_reference_wins_cost_tie(problem, alpha, lower):
+    """A valid candidate whose cost ties the reference's is never deployed; alpha_min is then None."""
+    correct, cost, reference = problem
+    tied = np.full_like(np.asarray(cost, dtype=float), float(np.asarray(cost)[reference]))
+    result = risk.certify(correct, tied, reference, alpha, lower_is_better=lower)
+    assert result.deployed_index == reference
+    assert risk.alpha_min(correct, tied, reference, lower_is_better=lower) is None
 
 
 @given(problems(), st.data())

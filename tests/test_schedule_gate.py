@@ -36,24 +36,31 @@ def test_skipped_items_show_why(project: Project) -> None:
     report = project.report()
     configs = by_name(report)
     early, regressed = report["schedule"]["skipped"]["early_stop"], len(report["regressions"])
-    assert result.parseoutcomes() == {"passed": 180 - 4 - early - regressed, "regressed": regressed, "skipped": 4 + early}
+    assert result.parseoutcomes() == {"passed": 180 - 2 - early - regressed, "regressed": regressed, "skipped": 2 + early}
     result.stdout.fnmatch_lines([
-        "*rash*16*>=5*NOT valid*stopped early: cannot be certified*",
-        f"*schedule: reference first, candidates in a seeded order (seed 0); skipped 4 items where the reference is "
+        "R   ref*60*0.9667*1.0000*valid*", " [*]  fast*60*0.9833*0.9828*1*valid*2*+100.0%*+1.7*",
+        "    rash*16*-*0.6875*>=5*NOT valid*-*-*-*stopped early: cannot be certified*",
+        "*-: not decoded on every prompt (stopped early or skipped where the reference is wrong), so not comparable*",
+        f"*schedule: reference first, candidates in a seeded order (seed 0); skipped 2 items where the reference is "
         f"wrong and {early} after early stops (1 cannot be certified, 0 certain to pass)",
-        "*spend: 922 forwards on 134 of 180 items vs 1,020 for the full grid: 0.90x (the rest estimated at each config's mean)*",
-        "*note: costs were measured on the prompts each config ran on*",
-        "SKIPPED [[]4[]] *: redline: reference wrong on this prompt",
+        "*spend: 932 forwards on 136 of 180 items vs 1,020 for the full grid: 0.91x (the rest estimated at each config's mean)*",
+        "CERTIFIED (fake-grid, select): deploy fast (+100.0% tpf, +1.7 accuracy points)",
         f"SKIPPED [[]{early}[]] *: redline: early stop, verdict already decided (cannot be certified)",
+        "SKIPPED [[]2[]] *: redline: reference wrong on this prompt",
     ])
-    assert report["schedule"] == {"mode": "scheduled", "seed": 0, "skipped": {"reference_wrong": 4, "early_stop": early},
-                                  "cost_basis": "prompts run", "deploy_may_differ": True}
-    assert (configs["ref"]["prompts_run"], configs["fast"]["prompts_run"], configs["rash"]["prompts_run"]) == (60, 58, 16)
-    assert "q1" not in configs["fast"]["ran_on"] and "q1" in configs["ref"]["ran_on"]
+    assert report["schedule"] == {"mode": "scheduled", "seed": 0, "skipped": {"reference_wrong": 2, "early_stop": early},
+                                  "cost_estimated": False}
+    # fast is valid: decoded on the two prompts the reference gets wrong too, so its figures are on all 60
+    assert (configs["ref"]["prompts_run"], configs["fast"]["prompts_run"], configs["rash"]["prompts_run"]) == (60, 60, 16)
+    assert "q1" in configs["fast"]["ran_on"] and "q1" not in configs["rash"]["ran_on"]
     assert (configs["rash"]["stopped"], configs["rash"]["violations_bound"]) == ("cannot be certified", "lower")
     assert (configs["fast"]["stopped"], configs["fast"]["violations_bound"], configs["fast"]["valid"]) == (None, "exact", True)
-    assert configs["fast"]["net_accuracy_points"] == pytest.approx(-100 / 58)  # paired with the reference on its 58 prompts
-    assert report["spend"]["exact"] is False and report["spend"]["items_run"] == 134
+    assert configs["fast"]["net_accuracy_points"] == pytest.approx(100 / 60)  # all-prompt: 59 of 60 against 58 of 60
+    assert configs["fast"]["accuracy_on_reference_correct"] == pytest.approx(57 / 58)
+    rash = configs["rash"]
+    assert (rash["accuracy"], rash["net_accuracy_points"], rash["cost"], rash["gain"]) == (None, None, None, None)
+    assert (rash["accuracy_on_reference_correct"], rash["cost_on_prompts_run"]) == (pytest.approx(11 / 16), 5.0)
+    assert report["spend"]["exact"] is False and report["spend"]["items_run"] == 136
 
 
 def test_full_option_decodes_everything(project: Project) -> None:
@@ -170,10 +177,10 @@ def test_prompts_needed_over_limit_said_not_computed(project: Project) -> None:
 @settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(0, 2**32 - 1), m=st.integers(2, 4), n=st.integers(60, 150), alpha=st.sampled_from([0.1, 0.2]))
 @example(seed=0, m=4, n=150, alpha=0.2)
-def test_equivalent_valid_sets_scheduled_and_full_through_gate(project: Project, seed: int, m: int, n: int, alpha: float) -> None:
+@example(seed=1, m=4, n=60, alpha=0.2)  # costs on the prompts run deploy another config than costs on all
+def test_equivalent_deployment_scheduled_and_full_through_gate(project: Project, seed: int, m: int, n: int, alpha: float) -> None:
     """Random outcome tables, gated twice (scheduled and --redline-full) as a replayed grid and
-    as a live one: the same valid sets; the same deployed config, except (live only) when two
-    valid configs' costs change order on the prompts they ran on."""
+    as a live one (a deterministic engine): the same valid sets and the same deployed config."""
     random_table(seed, m, n).write_csv(project.path / "table.csv")
     names = ", ".join(f"c{i}: {{config: c{i}}}" for i in range(m))
     project.grid("name: replayed\nengine: replay\nengine_args: {outcomes: table.csv}\nreference: c0\ndeploy: fastest\n",
@@ -186,8 +193,29 @@ def test_equivalent_valid_sets_scheduled_and_full_through_gate(project: Project,
     assert project.run(*grids, "--redline-full", "--redline-report=full.json").ret == 0
     for scheduled, full in zip(project.report("scheduled.json")["grids"], project.report("full.json")["grids"]):
         assert [c["valid"] for c in scheduled["configs"]] == [c["valid"] for c in full["configs"]]
-        if scheduled["deployed"] != full["deployed"]:
-            assert scheduled["grid"] == "live" and scheduled["schedule"]["deploy_may_differ"]
-            a, b = by_name(full)[full["deployed"]], by_name(scheduled)[scheduled["deployed"]]
-            assert (a["valid"] or a["name"] == "c0") and (b["valid"] or b["name"] == "c0")
-            assert by_name(full)[b["name"]]["cost"] <= a["cost"] and by_name(scheduled)[a["name"]]["cost"] <= b["cost"]
+        assert scheduled["deployed"] == full["deployed"]
+        deployed = by_name(scheduled)[scheduled["deployed"]]
+        assert (deployed["cost"], deployed["net_accuracy_points"]) == pytest.approx(
+            (by_name(full)[full["deployed"]]["cost"], by_name(full)[full["deployed"]]["net_accuracy_points"]))
+
+
+def test_deployment_matches_full_run_published_pair(project: Project) -> None:
+    """The issue's case: acc95/semi90 against acc95/semi90/add0.05 from the published
+    llada2_math data, served live. On the prompts each ran on, add0.05 looked +6.1 % TPF
+    faster; on all 1012 prompts it is -1.0 %, so the reference is deployed, as by --redline-full."""
+    from published import DATA
+
+    from pytest_redline.outcomes import OutcomeTable
+
+    table = OutcomeTable.read_csv(DATA / "llada2_math.csv").select(["acc95/semi90", "acc95/semi90/add0.05"])
+    table.write_csv(project.path / "pair.csv")
+    project.grid("name: pair\nsuite: table\nsuite_args: {outcomes: pair.csv}\nengine: table\n"
+                 "engine_args: {outcomes: pair.csv}\nreference: ref\nbatch_size: 16\n"
+                 "configs: {ref: {config: acc95/semi90}, add05: {config: acc95/semi90/add0.05}}\ndeploy: fastest\n")
+    result = project.run(ALPHA, "--redline-report=report.json")
+    assert result.ret == 0
+    report = project.report()
+    add05 = by_name(report)["add05"]
+    assert (report["deployed"], add05["valid"], add05["prompts_run"]) == ("ref", True, 1012)
+    assert round(add05["gain"], 1) == -1.0 and round(add05["net_accuracy_points"], 1) == -0.9
+    result.stdout.fnmatch_lines(["CERTIFIED (pair, select): deploy ref (the reference)"])
