@@ -872,10 +872,10 @@ def intervals(
     weights = bootstrap_weights(grid.n, boot, seed).astype(float)
     cost = grid.weighted_cost(weights, rows=[d, ref])
     accuracy = weights @ grid.correct[[d, ref]].T.astype(float) / grid.n
-    tail = 50.0 * (1.0 - confidence)
 
     def percentiles(x: np.ndarray) -> risk.ConfidenceInterval:
-        return risk.ConfidenceInterval(float(np.percentile(x, tail)), float(np.percentile(x, 100.0 - tail)))
+        spread = Spread.of(x, confidence)
+        return risk.ConfidenceInterval(spread.low, spread.high)
 
     v = int(result.violations[d])
     return IntervalsResult(

@@ -22,15 +22,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from pytest_redline.cli_args import (
-    EXIT_OK,
-    UsageError,
-    add_outcome_arguments,
-    load_outcomes,
-    positive_int,
-    print_json,
-    probability,
-)
+from pytest_redline import cli_args
+from pytest_redline.cli_args import EXIT_OK, UsageError, positive_int, probability
 
 EXIT_FLAGGED = 1
 
@@ -100,7 +93,7 @@ def png_path(text: str) -> str:
 
 def _outcome_parser(subparsers: Any, name: str, help: str, several: bool = False) -> argparse.ArgumentParser:
     p = subparsers.add_parser(name, help=help)
-    add_outcome_arguments(p, several=several)
+    cli_args.add_outcome_arguments(p, several=several)
     p.add_argument("--json", action="store_true", help="print a JSON object")
     return p
 
@@ -140,7 +133,7 @@ def _grids(args: argparse.Namespace) -> list[Any]:
         )
     grids = []
     for path, reference in zip(files, references):
-        data = load_outcomes(argparse.Namespace(**{**vars(args), "outcomes": path, "reference": reference}))
+        data = cli_args.load_outcomes(argparse.Namespace(**{**vars(args), "outcomes": path, "reference": reference}))
         grids.append(GridData.from_table(data.table, reference, data.cost_kind, data.lower_is_better, label=Path(path).stem))
     return grids
 
@@ -148,7 +141,7 @@ def _grids(args: argparse.Namespace) -> list[Any]:
 def _print(args: argparse.Namespace, results: list[Any]) -> None:
     if args.json:
         objects = [r.to_dict() for r in results]
-        print_json(objects[0] if len(objects) == 1 else {"grids": objects})
+        cli_args.print_json(objects[0] if len(objects) == 1 else {"grids": objects})
     else:
         print("\n\n".join(str(r) for r in results))
 
