@@ -298,3 +298,41 @@ def test_stop_after_first_error_is_partial(project: Project) -> None:
         "*errored: 1 (fast::q0)*",
         "*not run: 59 (fast::q1, fast::q2, fast::q3, ... (56 more))*",
     ])
+
+
+def test_interrupt_summary_states_real_exit_status(project: Project) -> None:
+    """Ctrl-C mid-decode: the process returns 2 (interrupted), and the summary says 2, not 1."""
+    import signal
+    import subprocess
+    import time
+
+    project.grid(engine_args="{log_path: calls.jsonl, delay: 0.3}")
+    run = subprocess.Popen(project.command(ALPHA), cwd=project.path, env=project.env(),
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 120
+    while not project.calls() and time.monotonic() < deadline and run.poll() is None:
+        time.sleep(0.05)
+    run.send_signal(signal.SIGINT)
+    out, _ = run.communicate(timeout=120)
+    assert run.returncode == pytest.ExitCode.INTERRUPTED
+    assert "REDLINE NOT CERTIFIED: fake-grid (interrupted, exit status 2)" in out, out[-2000:]
+
+
+@pytest.mark.parametrize("option", ["--redline-grid", "--redline-cache-dir"])
+def test_usage_error_spaced_path_option_moves_rootdir(project: Project, option: str) -> None:
+    """`--redline-grid /outside/grid.yaml` (a space, not '='): pytest took the value for a test
+    path before the plugin's options were known, so the rootdir moved; say so, and how to write it."""
+    project.grid()
+    (project.path / "pytest.ini").write_text("[pytest]\n")
+    outside = project.path.parent / f"outside-{project.path.name}"  # beside the project, no ini above it
+    outside.mkdir()
+    value = outside / "grid.yaml" if option == "--redline-grid" else outside
+    if option == "--redline-grid":
+        value.write_text((project.path / "redline.yaml").read_text())
+    result = project.run(ALPHA, option, str(value))
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"ERROR: {option} {value}: pytest fixes the rootdir before plugin options are known, "
+                                 f"so it also took {value} as a test path and the rootdir moved to *; without it "
+                                 f"the rootdir is {project.path}. Write {option}={value} (with '=')"])
+    assert project.calls() == []
+    assert project.run(ALPHA, f"{option}={value}").ret == 0

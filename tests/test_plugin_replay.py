@@ -67,3 +67,21 @@ def test_replay_reproduces_published_llada2_math(project: Project) -> None:
         "*REDLINE NOT CERTIFIED: llada2-math-published (exit status 1)*",
     ])
     assert project.report("gate.json")["certified"] is False
+
+
+def test_replay_mapping_entry_without_params_replays_its_name(project: Project) -> None:
+    """configs as a mapping with empty parameters (`acc85/semi70: {}`) replays the recorded
+    config of that name, as a list entry does."""
+    lines = DATA.read_text().splitlines()
+    prompts = {row.split(",")[1] for row in lines[1:]}
+    keep = set(sorted(prompts)[:100])
+    (project.path / "small.csv").write_text("\n".join([lines[0]] + [r for r in lines[1:] if r.split(",")[1] in keep]) + "\n")
+    project.grid(GRID.replace(str(DATA), "small.csv").replace(
+        "configs: [acc85/semi70, acc85/semi90, acc90/semi70, acc90/semi90, acc95/semi70, acc95/semi90, acc99/semi90]",
+        "configs: {acc95/semi90: {}, acc85/semi70: {}}"))
+    result = project.run("--redline-alpha=0.2", "--redline-full", "--redline-report=report.json")
+    assert result.ret == 0 and result.parseoutcomes().get("errors") is None
+    report = project.report()
+    assert [(c["name"], c["params"]) for c in report["configs"]] == [
+        ("acc95/semi90", {"config": "acc95/semi90"}), ("acc85/semi70", {"config": "acc85/semi70"})]
+    assert report["n"] == 100 and report["complete"]
