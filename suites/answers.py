@@ -12,9 +12,11 @@ GSM8K (:func:`gsm8k_extract`), a number:
   an arithmetic chain starting there: ``15 + 3 = 18`` gives 18, ``6 * 3`` gives 18, ``3/4`` is
   a fraction. A marker followed by anything else ("The answer is nineteen.") has no answer.
 - The last marker decides, and it must have an answer: it never falls back to another number.
-  Every marker with an answer must agree with it, and after the answer the last number
-  written (if any, outside parentheses in the answer's own sentence) must be the answer too;
-  otherwise the output was ``revised`` ("#### 18 Hmm, 15.", "The answer is 18. Wait, ... 15.").
+  Every marker with an answer must agree with it, and no sentence after the answer (nor the
+  rest of its own, outside parentheses) may conclude another number: one with a conclusion
+  or revision word ("so", "therefore", "total", "it is", "wait", "actually", "hmm", ...), or
+  a bare number ("15."), whose last number differs; otherwise the output was ``revised`` ("#### 18 Hmm, 15.", "The answer
+  is 18. Wait, ... so it is 15."). An explanation that concludes nothing may follow.
 - Two different numbers joined by "or"/"either" in the answer's sentence (or box), or
   "between 18 and 19", are a hedge.
 - Without a marker, an output that ended on its own (EOS or a stop string) is read by its last
@@ -64,6 +66,8 @@ _NUMBER = re.compile(rf"(?<![\w.])-?\$?(?:{_NUM})")
 _FILLER = re.compile(r"(?:\s|[:*_=]|\\\(|\\\[|\$|\\boxed\s*\{|\\fbox\s*\{|\\text(?:bf)?\{|\\mathbf\{|\{)*")
 _DISJUNCTION = re.compile(r"(?<![A-Za-z\\])(?:or|either)(?![A-Za-z])")
 _BETWEEN = re.compile(rf"\bbetween\s+\$?((?:{_NUM}))\s+and\s+\$?((?:{_NUM}))", re.I)
+_CONCLUSION = re.compile(r"\b(?:so|thus|therefore|hence|actually|wait|hmm|oops|sorry|correction|instead|answer|total"
+                         r"|final|result|it(?:'s| is| was))\b|\bno\b,", re.I)
 _REVISION = re.compile(r"(?:^|[.!?]\s|\n)\s*\W{0,2}(?:wait|actually|correction|oops|sorry|hmm|no)\b", re.I)  # a sentence's start
 _MARKED_AFTER = re.compile(r"\banswer\s+is\s*:?\s*\$+([^$]+)\$", re.I)
 _SENTENCE_END = re.compile(r"\n|[.!?;](?=\s|$)")
@@ -249,12 +253,29 @@ def gsm8k_extract(text: str, finish_reason: str | None = None) -> Extracted:
     answer = show(last.value)
     if any(r.value is not None and _hedged(r.rest, r.value) for r in reads):
         return Extracted(answer, HEDGED, last.value)
-    later = numbers(re.sub(r"\([^()]*\)", " ", last.rest) + "\n" + text[last.end:])  # (6 x 3) explains
-    if any(r.value is not None and r.value != last.value for r in reads) or (later and later[-1] != last.value):
+    rest = re.sub(r"\([^()]*\)", " ", last.rest)  # "18 (6 x 3)": the parentheses explain
+    if (any(r.value is not None and r.value != last.value for r in reads)
+            or _concludes_otherwise(rest, last.value, bare=False) or _concludes_otherwise(text[last.end:], last.value)):
         return Extracted(answer, REVISED, last.value)
     if finish_reason == LENGTH and not last.closed:
         return Extracted(answer, TRUNCATED, last.value)
     return Extracted(answer, BOXED if last.boxed else MARKER, last.value)
+
+
+def _concludes_otherwise(after: str, answer: Fraction, bare: bool = True) -> bool:
+    """Whether a sentence after the answer concludes another number: it is a bare number ("15.",
+    "$15 dollars") or has a conclusion or revision word ("so", "therefore", "total", "wait",
+    "actually", ...), and its last number is not the answer. Explanations without one ("She
+    sells 9 eggs at $2 each.") conclude nothing; nor does a bare number in the answer's own
+    sentence (``bare`` False: "The answer is 18, not 19.")."""
+    cleaned, start = _clean(after), 0
+    for end in [m.end() for m in _SENTENCE_END.finditer(_clean(after))] + [len(cleaned)]:
+        sentence, start = cleaned[start:end], end
+        alone = bare and len(re.findall(r"[A-Za-z]+", _NUMBER.sub(" ", sentence))) <= 2  # "15.", "$15 dollars"
+        found = numbers(sentence) if alone or _CONCLUSION.search(sentence) else []
+        if found and found[-1] != answer:
+            return True
+    return False
 
 
 def _last_number(text: str, finish_reason: str | None) -> Extracted:

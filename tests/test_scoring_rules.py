@@ -60,6 +60,8 @@ def math(text: str, gold: str, finish: str | None = "eos", suite: MATH500 = MATH
     ("3 + 15 = 18\n#### 18", "length", "truncated"),  # the limit may have cut 180 to 18
     ("The answer is 18", "length", "truncated"),
     # hedges
+    ("#### 18\n15", "eos", "revised"),
+    ("The answer is 18.\n\n**$15**", "eos", "revised"),
     ("The answer is 18 or 19.", "eos", "hedged"),
     ("So she has 18 or 19 apples.", "eos", "hedged"),
     ("#### 18 (or 19 if she eats one)", "eos", "hedged"),
@@ -91,6 +93,8 @@ def test_wrong_styles_gsm8k(text, finish, rule):
     ("Final Answer: The final answer is 18. I hope it is correct.", "18", "marker"),
     ("The answer is 18.\n#### 18", "18", "marker"),
     ("The answer is 18. Check: 3 + 15 = 18.", "18", "marker"),
+    ("The answer is 18.\n\nExplanation: she sells 9 eggs at $2 each.", "18", "marker"),
+    ("The answer is 18, not 19.", "18", "marker"),
     ("He had 5 apples, then 12, then 7 left", "7", "last number"),
     ("Janet makes **$18** every day.", "18", "last number"),
     ("Total: 1,450,000 eggs.", "1450000", "last number"),
@@ -212,7 +216,7 @@ def decimals():
 
 GSM8K_ENDINGS = ("The answer is {}.", "#### {}", "\\boxed{{{}}}", "So the answer is ${}$.")
 GSM8K_REVISIONS = ("\nWait, it is actually {}.", "\n#### {}", " The answer is {}.", "\nSo she has {} left.",
-                   "\n\\boxed{{{}}}", " Hmm, {}.")
+                   "\n\\boxed{{{}}}", " Hmm, {}.", "\n{}", "\n**${}**", " No, {} in total.", " Therefore {}.")
 MATH_REVISIONS = ("\nWait: $\\boxed{{{}}}$", " Final answer: \\boxed{{{}}}", "\\boxed{{{}}}")
 WORK = "She buys 3 boxes of 6 eggs, so 3 * 6 = 18 eggs, and gives away some.\n"
 
