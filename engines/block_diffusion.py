@@ -1,40 +1,58 @@
-"""The multi-block block-diffusion engine (the semantics of Diffulex's ``multi_bd`` strategy).
+"""The multi-block block-diffusion engine: Diffulex's ``multi_bd`` strategy, exactly.
 
 Each request decodes its answer in blocks of ``block_size`` positions, aligned from position 0
-(the prompt's last partial block is completed by generated tokens). Up to ``buffer_size`` blocks
-are in flight at once and are decoded in one block-causal forward; greedy, deterministic, and
-batched over the prompts of a ``generate`` call (finished requests leave the batch).
+(the prompt's last partial block is completed by generated tokens). Up to ``buffer_size`` buffer
+slots hold the blocks in flight, decoded in one block-causal forward; greedy, deterministic, and
+batched over the prompts of a ``generate`` call (finished requests leave the batch). A block's
+status is Diffulex's: DUMMY (an all-MASK placeholder slot) -> ACTIVE -> TO_CACHE (complete, its
+K/V are written by the next forward) -> IN_CACHE.
 
-One engine step, per request:
+``schedule: diffulex`` (the default) follows Diffulex ``multi_bd`` (engines.md section 5) rule for
+rule, in tokens and forwards. One engine step, per request:
 
-1. **Admission.** If fewer than ``buffer_size`` blocks are in flight, the newest one's resolved
-   fraction is at least ``add_block_threshold`` (or none is in flight), no EOS has been committed
-   and the length limit is not reached, the next block is admitted, all MASK.
-2. **Forward.** One forward over: the blocks that became final in the previous step (their K/V
-   enter the cache in this forward: the "folded store", so no separate store forward is needed,
-   and the very first forward is the prefill of the prompt's complete blocks), then the blocks
-   in flight, then, unless ``skip_masked_blocks``, all-MASK placeholder blocks up to the buffer
-   size (the fixed-shape window). The committed prefix is read from a ``DynamicCache`` and never
-   recomputed. ``skip_masked_blocks`` is the static skip rule: a block that is still fully masked
-   is not computed while an older block is in flight (placeholders are never computed then).
-3. **Commit** (the sampler), for every computed block in flight that still has MASK positions:
-   commit every masked position whose top-1 probability exceeds ``accept_threshold``. If none
-   passes, a block whose predecessor is semi-complete (resolved fraction at least
-   ``semi_complete_threshold`` at the start of the step) or final commits its single most
-   confident position; otherwise it commits nothing this step. The oldest block in flight always
-   has a final predecessor, so every step commits at least one token.
-4. **Cache entry** (the scheduler), front to back: a fully resolved block whose predecessors are
-   all final becomes final in the same step; its K/V are written by the next forward.
+1. **Admission** (``admit``). The first DUMMY slot becomes ACTIVE when a slot is free (the ACTIVE
+   and TO_CACHE blocks fill fewer than ``buffer_size`` slots), no EOS has been committed, the
+   new block starts before the length limit, and either the newest valid block (ACTIVE or
+   TO_CACHE) has a resolved fraction of at least ``add_block_threshold``, or no block is valid
+   and every earlier block is IN_CACHE (Diffulex's all-DUMMY rule).
+2. **Forward** (``step``). The prefill step (a request's first) computes the prompt's complete
+   blocks and the ACTIVE blocks: when the prompt fills its last block (P % B = 0) that is a pure
+   prefill that commits nothing; otherwise the padded tail block starts ACTIVE and is decoded by
+   it. Every later step computes all ``buffer_size`` slots: TO_CACHE blocks (their K/V enter the
+   cache in this forward, the "folded store"), ACTIVE blocks, then DUMMY placeholders (unless
+   ``skip_masked_blocks``). The cached prefix is read from a ``DynamicCache``, never recomputed.
+3. **Commit** (``commit``, the sampler). Per ACTIVE block with MASK positions: every masked
+   position whose top-1 probability exceeds ``accept_threshold``; if none passes, its single most
+   confident one when its predecessor is semi-complete (resolved fraction at least
+   ``semi_complete_threshold`` at the start of the step) or final, else nothing.
+4. **Cache entry** (``retire``, the scheduler), front to back: TO_CACHE blocks (written by this
+   forward) become IN_CACHE and free their slots; then an ACTIVE block that is complete and whose
+   predecessor is TO_CACHE or IN_CACHE becomes TO_CACHE, keeping its slot for one more step.
+   A request finishes once an EOS has been committed or the limit's last block admitted, and
+   every admitted block is complete and IN_CACHE: the blocks after the EOS are completed and the
+   last block is stored first. At ``buffer_size: 1`` every block thus costs one store forward.
 
-A request finishes when an EOS is committed and every position before it is resolved, or when
-``max_new_tokens`` positions are resolved. Confidences are float32 softmax probabilities of the
-unfiltered logits; the MASK id and ids beyond the tokenizer's vocabulary are never predicted.
+``schedule: eager`` keeps this engine's earlier rules (fewer forwards, same commit rule): a
+complete block frees its slot at once (its K/V are folded into the next forward, which may
+already hold the next block), the prefill is folded into the first step, the padded tail block is
+admitted by the first step like any other, and a request finishes as soon as an EOS is committed
+with every earlier position resolved (or the limit is resolved). ``buffer_size: 1`` is then
+single-block threshold decoding with top-1 fallback, without store forwards.
 
-Counting (see ``engines.base``): ``forwards`` = the forwards the request took part in (the first
-one is the prefill); ``tokens`` = generated tokens up to and including the first EOS.
-``extra["flops"]`` is an analytical count of the request's forwards (weights, attention and output
-head over the positions computed for it, batch padding excluded), which shows what the skip rule
-saves; ``extra["blocks"]`` the number of blocks spanned by the output.
+Both schedules: confidences are float32 softmax probabilities of the unfiltered logits; the MASK
+id and ids beyond the tokenizer's vocabulary are never predicted. A prompt's stop strings
+(``Prompt.stop``) end the request at the first one in its resolved answer prefix.
+
+**The block life cycle** (``BlockLifecycle``) is the public extension protocol of this engine and
+of FlowBlock: ``admit`` (blocks joining the window), ``step`` (what the forward computes and
+reads), ``commit`` (apply the predictions) and ``retire`` (blocks becoming final, and the request
+ending). A subclass overrides those four and its ``Config``/``Request`` classes, nothing private.
+
+Counting (see ``engines.base``): ``forwards`` = the forwards the request took part in, prefill and
+stores included; ``tokens`` = generated tokens up to and including the first EOS (or up to the
+stop string's last token). ``extra["flops"]`` is an analytical count of the request's forwards
+(weights, attention and output head over the positions computed for it, batch padding excluded);
+``extra["blocks"]`` the number of blocks spanned by the output.
 """
 from __future__ import annotations
 
@@ -42,15 +60,17 @@ import inspect
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
 
 import torch
 from transformers import DynamicCache
 
-from pytest_redline.engines import modeling
+from pytest_redline.engines import checkpoints, modeling
 from pytest_redline.engines.autoregressive import encode, eos_ids, set_threads
 from pytest_redline.engines.base import Generation
-from pytest_redline.suites.base import Prompt
+from pytest_redline.suites.base import Prompt, cut_at_stop
+
+SCHEDULES = ("diffulex", "eager")
 
 DEFAULTS: dict[str, Any] = {
     "block_size": 8,
@@ -59,6 +79,7 @@ DEFAULTS: dict[str, Any] = {
     "semi_complete_threshold": 0.90,
     "add_block_threshold": 0.10,
     "skip_masked_blocks": False,
+    "schedule": "diffulex",  # or "eager": this engine's earlier, cheaper rules (see the docstring)
     "max_new_tokens": 96,
     "use_cache": True,  # False recomputes the whole prefix every step: the reference for tests
 }
@@ -72,6 +93,7 @@ class DecodeConfig:
     semi_complete_threshold: float
     add_block_threshold: float
     skip_masked_blocks: bool
+    schedule: str
     max_new_tokens: int
     use_cache: bool
 
@@ -84,6 +106,8 @@ class DecodeConfig:
             numbers=("accept_threshold", "semi_complete_threshold", "add_block_threshold"),
             flags=("skip_masked_blocks", "use_cache"),
         )
+        if values["schedule"] not in SCHEDULES:
+            raise ValueError(f"block_diffusion: schedule: expected one of {', '.join(SCHEDULES)}, got {values['schedule']!r}")
         return cls(**values)
 
 
@@ -110,18 +134,69 @@ def check_params(
 
 @dataclass
 class Request:
-    """One prompt's decoding state. Blocks are indices into ``tokens`` (block b = [bB, (b+1)B))."""
+    """One prompt's decoding state. Blocks are indices into ``tokens`` (block b = [bB, (b+1)B)).
+
+    Statuses: blocks below ``cached // B`` are IN_CACHE, those in ``[cached, final)`` TO_CACHE,
+    ``active`` lists the ACTIVE ones (ascending); the rest are DUMMY."""
 
     prompt: Prompt
     tokens: list[int]  # prompt, then generated positions (MASK until committed)
     prompt_len: int
     limit: int  # prompt_len + max_new_tokens
     cached: int  # positions whose K/V are in the cache (a prefix)
-    final: int  # positions [0, final) are final: complete blocks, in order
-    active: list[int] = field(default_factory=list)  # blocks in flight, ascending
+    final: int  # positions [0, final) are complete blocks, in order (TO_CACHE or IN_CACHE)
+    first: int  # the first block's start position: the prompt's last complete block boundary
+    active: list[int] = field(default_factory=list)  # ACTIVE blocks, ascending
+    progress: dict[int, float] = field(default_factory=dict)  # resolved fraction of the active blocks at the step's start
     forwards: int = 0
     flops: float = 0.0
-    result: list[int] | None = None
+    result: list[int] | None = None  # the output ids once the request has finished
+    finish_reason: str | None = None
+    extra: dict[str, float] = field(default_factory=dict)  # engine-specific counters, into Generation.extra
+    log: dict[str, Any] = field(default_factory=dict)  # engine-specific trace fields of the last step
+
+
+@dataclass(frozen=True)
+class Step:
+    """What one step's forward does for a request: ``queries`` are the positions it computes (the
+    uncached final prefix first), ``reads`` the ``(block, position)`` pairs whose predictions the
+    commit reads, and ``store`` the cached length after it (its K/V below ``store`` are kept)."""
+
+    queries: list[int]
+    reads: list[tuple[int, int]]
+    store: int
+
+
+Reads = Mapping[int, list[tuple[int, float, int]]]  # block -> [(position, confidence, top-1 token)]
+
+
+@runtime_checkable
+class BlockLifecycle(Protocol):
+    """The block life cycle: the extension points of the block-diffusion engines.
+
+    Each engine step calls, per request: ``admit`` (blocks that join the window now; returns
+    them), ``step`` (the forward's queries and reads, a ``Step``), then after the batched forward
+    ``commit`` (apply the read predictions; returns the ``(position, token)`` commits) and
+    ``retire`` (blocks that become final, front to back; sets ``req.result`` and
+    ``req.finish_reason`` when the request ends). Engines subclass ``BlockDiffusionEngine`` by
+    overriding these four and the ``Config`` / ``Request`` classes, never a private method.
+    """
+
+    def admit(self, req: Request, cfg: Any) -> list[int]: ...
+
+    def step(self, req: Request, cfg: Any) -> Step: ...
+
+    def commit(self, req: Request, reads: Reads, cfg: Any) -> list[tuple[int, int]]: ...
+
+    def retire(self, req: Request, cfg: Any) -> list[int]: ...
+
+
+def cut_at_eos(answer: Sequence[int], eos: frozenset[int]) -> tuple[list[int], bool]:
+    """``answer`` up to and including its first EOS, and whether it had one."""
+    for i, t in enumerate(answer):
+        if t in eos:
+            return list(answer[: i + 1]), True
+    return list(answer), False
 
 
 class BlockDiffusionEngine:
@@ -130,6 +205,13 @@ class BlockDiffusionEngine:
     ``threads`` sets torch's intra-op threads (see ``autoregressive.set_threads``)."""
 
     name = "block_diffusion"
+
+    @classmethod
+    def check_config(cls, params: Mapping[str, Any]) -> None:
+        """Check a config's parameters without a model: the gate calls it while preparing a grid."""
+        DecodeConfig.from_params(params)
+    Config = DecodeConfig
+    Request = Request
 
     def __init__(
         self,
@@ -143,10 +225,12 @@ class BlockDiffusionEngine:
     ):
         set_threads(threads, self.name)
         self.path = Path(model) if model is not None else modeling.EMBEDDED_MODEL
-        self.model, self.tokenizer = modeling.load(self.path, device, dtype, trust_remote_code)
+        # what the checkpoint declares (family, block size, mask id), then its stock-class loader
+        self.checkpoint = checkpoints.inspect(self.path, mask_token_id)
+        self.model, self.tokenizer = checkpoints.load(self.checkpoint, device, dtype, trust_remote_code)
         self.device = next(self.model.parameters()).device
         self.dtype = next(self.model.parameters()).dtype
-        self.mask_id = self._mask_token_id(mask_token_id)
+        self.mask_id = self._mask_token_id(self.checkpoint.mask_token_id)
         self.eos_ids = eos_ids(self.model, self.tokenizer, str(self.path))
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else min(self.eos_ids)
         self.trace_path = Path(trace) if trace is not None else None
@@ -157,8 +241,17 @@ class BlockDiffusionEngine:
         self._layer_params = sum(p.numel() for p in self.model.get_decoder().layers.parameters())
         self._attn_width = cfg.num_hidden_layers * cfg.num_attention_heads * getattr(cfg, "head_dim", cfg.hidden_size // cfg.num_attention_heads)
         self._head_flops = 2 * cfg.hidden_size * cfg.vocab_size
+        self._banned = torch.zeros(cfg.vocab_size, dtype=torch.bool, device=self.device)
+        self._banned[len(self.tokenizer):] = True  # padding rows of the embedding are no tokens
+        if self.mask_id < cfg.vocab_size:
+            self._banned[self.mask_id] = True
 
     # -- protocol ---------------------------------------------------------------------------
+
+    @classmethod
+    def check_config(cls, params: Mapping[str, Any]) -> None:
+        """The model-free parameter check: a ValueError naming the key and value of a bad config."""
+        cls.Config.from_params(params)
 
     def fingerprint(self) -> str:
         if self._fingerprint is None:
@@ -166,10 +259,31 @@ class BlockDiffusionEngine:
         return self._fingerprint
 
     def describe(self) -> dict[str, str]:
-        return modeling.describe(self.name, self.device, self.dtype, model=self.path)
+        return modeling.describe(self.name, self.device, self.dtype, model=self.path, **self.checkpoint.describe())
+
+    @staticmethod
+    def check_engine_args(engine_args: Mapping[str, Any]) -> dict[str, str] | None:
+        """The model-free checkpoint check (family, block size, mask token): the gate calls it
+        while preparing a grid; a ``checkpoints.CheckpointError`` names the file and the field.
+        Returns what the checkpoint declares (None for the embedded model)."""
+        checkpoint = checkpoints.check_engine_args(engine_args)
+        return None if checkpoint is None else checkpoint.describe()
+
+    def with_declared(self, config: Mapping[str, Any]) -> Mapping[str, Any]:
+        """The checkpoint's declared ``block_size`` as the default of a config that sets none
+        (engines whose Config has a ``block_size`` field); a grid's value wins."""
+        declared = self.checkpoint.block_size
+        if declared is None or "block_size" in config:
+            return config
+        parse = getattr(self, "_decode_config", None) or self.Config.from_params
+        try:
+            parse({"block_size": declared})
+        except ValueError:  # this engine's configs have no block_size (e.g. BlockBatch's block_sizes)
+            return config
+        return {**config, "block_size": declared}
 
     def generate(self, prompts: Sequence[Prompt], config: Mapping[str, Any]) -> list[Generation]:
-        generations, trace = self.decode(prompts, config, record=self.trace_path is not None)
+        generations, trace = self.decode(prompts, self.with_declared(config), record=self.trace_path is not None)
         if self.trace_path is not None:
             with open(self.trace_path, "a") as handle:
                 for entry in trace:
@@ -181,194 +295,108 @@ class BlockDiffusionEngine:
     @torch.no_grad()
     def decode(self, prompts: Sequence[Prompt], config: Mapping[str, Any], record: bool = False):
         """Decode ``prompts`` as one batch; returns ``(generations, trace)`` (trace empty unless ``record``)."""
-        cfg = self._decode_config(config)
-        requests = [self._new_request(p, cfg) for p in prompts]
+        cfg = self.Config.from_params(config)
+        requests = [self.new_request(p, cfg) for p in prompts]
         trace: list[dict] = []
         running = list(requests)
-        cache = DynamicCache(config=self.model.config)
-        k_pos = torch.zeros(len(running), 0, dtype=torch.long, device=self.device)
-        k_valid = torch.zeros(len(running), 0, dtype=torch.bool, device=self.device)
+        rows = KVRows(self.model.config, len(running), self.device)
         step = 0
         while running:
-            for req in running:
-                self._admit(req, cfg)
-            progress = [{b: self._progress(req, b, cfg) for b in req.active} for req in running]
-            queries = [self._queries(req, cfg) for req in running]
+            admitted = [self.admit(req, cfg) for req in running]
+            steps = [self.step(req, cfg) for req in running]
             if not cfg.use_cache:  # the reference: no cache, every forward starts at position 0
-                cache = DynamicCache(config=self.model.config)
-                k_pos, k_valid = k_pos[: len(running), :0], k_valid[: len(running), :0]
-            hidden, q_pos, q_valid = self._forward(running, queries, cache, k_pos, k_valid, cfg)
-            logits = self._logits(running, queries, hidden, cfg)
+                rows = KVRows(self.model.config, len(running), self.device)
+            hidden, q_pos, q_valid = self._forward(running, steps, rows, cfg.block_size)
+            reads = self._read(running, steps, hidden)
             keep_rows, store = [], []
-            for row, req in enumerate(running):
-                n_keys = int(k_valid[row].sum()) + len(queries[row])
-                self._count(req, len(queries[row]), n_keys, sum(len(v) for v in logits[row].values()))
-                committed = self._commit(req, logits[row], progress[row], cfg)
-                stored_to, req.cached = req.cached, req.final  # the forward wrote [cached, final)
-                newly_final = self._promote(req, cfg)
+            for row, (req, plan) in enumerate(zip(running, steps)):
+                self.count_forward(req, len(plan.queries), rows.width(row) + len(plan.queries), len(plan.reads))
+                committed = self.commit(req, reads[row], cfg)
+                stored_to, req.cached = req.cached, plan.store
+                newly_final = self.retire(req, cfg)
+                if req.prompt.stop:
+                    self.stop_at_string(req, cfg)
                 if record:
-                    trace.append(self._trace_entry(step, req, queries[row], committed, newly_final, stored_to, cfg))
-                if not self._finish(req):
+                    trace.append(self._trace_entry(step, req, plan, admitted[row], committed, newly_final, stored_to, cfg))
+                if req.result is None:
                     keep_rows.append(row)
                 store.append(req.cached)
             if cfg.use_cache:
-                k_pos, k_valid = self._update_cache(cache, k_pos, k_valid, q_pos, q_valid, store, keep_rows)
+                rows.keep(q_pos, q_valid, store, keep_rows)
             running = [running[r] for r in keep_rows]
             step += 1
         return [self._generation(req, cfg) for req in requests], trace
 
-    def _decode_config(self, config: Mapping[str, Any]) -> DecodeConfig:
-        """The validated config object of one ``generate`` call (subclasses bring their own)."""
-        return DecodeConfig.from_params(config)
-
-    def _new_request(self, prompt: Prompt, cfg: DecodeConfig) -> Request:
+    def new_request(self, prompt: Prompt, cfg: DecodeConfig) -> Request:
+        """A request's initial state (the schedule's initial statuses)."""
         ids = encode(self.tokenizer, prompt, self.name)
         limit = len(ids) + cfg.max_new_tokens
-        span = (-(-limit // cfg.block_size) + cfg.buffer_size) * cfg.block_size  # room for placeholders
+        span = (-(-limit // cfg.block_size) + cfg.buffer_size + 1) * cfg.block_size  # room for placeholders
         tokens = ids + [self.mask_id] * (span - len(ids))
-        start = (len(ids) // cfg.block_size) * cfg.block_size
-        return Request(prompt=prompt, tokens=tokens, prompt_len=len(ids), limit=limit, cached=0, final=start)
+        first = (len(ids) // cfg.block_size) * cfg.block_size
+        req = self.Request(prompt=prompt, tokens=tokens, prompt_len=len(ids), limit=limit, cached=0, final=first, first=first)
+        if getattr(cfg, "schedule", "eager") == "diffulex" and first < len(ids):
+            req.active.append(first // cfg.block_size)  # the padded tail block starts ACTIVE
+        return req
 
-    # -- scheduler: admission, window, cache entry, finishing -------------------------------
+    # -- the block life cycle ---------------------------------------------------------------
 
-    def _progress(self, req: Request, block: int, cfg: DecodeConfig) -> float:
-        span = req.tokens[block * cfg.block_size : (block + 1) * cfg.block_size]
-        return sum(t != self.mask_id for t in span) / cfg.block_size
-
-    def _admit(self, req: Request, cfg: DecodeConfig) -> None:
-        nxt = req.active[-1] + 1 if req.active else req.final // cfg.block_size
-        if len(req.active) >= cfg.buffer_size or nxt * cfg.block_size >= req.limit:
-            return
-        if any(t in self.eos_ids for t in req.tokens[req.prompt_len : nxt * cfg.block_size]):
-            return
-        if req.active and not self._ready(req, cfg):
-            return
+    def admit(self, req: Request, cfg: DecodeConfig) -> list[int]:
+        """Admission (scheduler): at most one block per step joins the window (see the docstring)."""
+        B = cfg.block_size
+        nxt = req.active[-1] + 1 if req.active else req.final // B
+        if nxt * B >= req.limit:
+            return []
+        if self.eos_ids.intersection(req.tokens[req.prompt_len : nxt * B]):
+            return []
+        if cfg.schedule == "diffulex":
+            stored = max(req.cached, req.first)  # TO_CACHE prompt blocks hold no slot
+            if len(req.active) + (req.final - stored) // B >= cfg.buffer_size:
+                return []
+            if req.active or req.final > stored:  # the newest valid block: ACTIVE, else TO_CACHE
+                if self.progress(req, nxt - 1, B) < cfg.add_block_threshold:
+                    return []
+            elif req.cached < req.final:  # no valid block: only once every block is IN_CACHE
+                return []
+        elif req.active and (len(req.active) >= cfg.buffer_size or self.progress(req, req.active[-1], B) < cfg.add_block_threshold):
+            return []
         req.active.append(nxt)
+        return [nxt]
 
-    def _ready(self, req: Request, cfg: DecodeConfig) -> bool:
-        """The admission gate: the newest block in flight's resolved fraction reached ``add_block_threshold``."""
-        return self._progress(req, req.active[-1], cfg) >= cfg.add_block_threshold
-
-    def _computed_blocks(self, req: Request, cfg: DecodeConfig) -> list[int]:
-        """The blocks in flight that this step computes, then the placeholders."""
+    def step(self, req: Request, cfg: DecodeConfig) -> Step:
+        """The forward: the uncached final prefix (TO_CACHE), the ACTIVE blocks, the placeholders;
+        reads the masked positions of the ACTIVE blocks."""
+        B = cfg.block_size
+        req.progress = {b: self.progress(req, b, B) for b in req.active}
         blocks = [
             b for i, b in enumerate(req.active)
-            if not (cfg.skip_masked_blocks and i > 0 and self._progress(req, b, cfg) == 0.0)
+            if not (cfg.skip_masked_blocks and i > 0 and req.progress[b] == 0.0)
         ]
-        if not cfg.skip_masked_blocks:
-            newest = req.active[-1] if req.active else req.final // cfg.block_size - 1
-            blocks += range(newest + 1, newest + 1 + cfg.buffer_size - len(req.active))
-        return blocks
-
-    def _queries(self, req: Request, cfg: DecodeConfig) -> list[int]:
-        """Positions fed to this step's forward: the uncached final prefix, then the computed blocks."""
+        prefill = req.forwards == 0
+        if not cfg.skip_masked_blocks and not (prefill and cfg.schedule == "diffulex"):
+            used = len(req.active) + ((req.final - max(req.cached, req.first)) // B if cfg.schedule == "diffulex" else 0)
+            newest = req.active[-1] if req.active else req.final // B - 1
+            blocks += range(newest + 1, newest + 1 + cfg.buffer_size - used)
         start = req.cached if cfg.use_cache else 0
-        positions = list(range(start, req.final))
-        for b in self._computed_blocks(req, cfg):
-            positions += range(b * cfg.block_size, (b + 1) * cfg.block_size)
-        return positions
-
-    def _promote(self, req: Request, cfg: DecodeConfig) -> list[int]:
-        """Front to back: complete blocks whose predecessors are final become final (default rule)."""
-        newly = []
-        while req.active and self._retirable(req, req.active[0], cfg):
-            newly.append(req.active.pop(0))
-            req.final += cfg.block_size
-        return newly
-
-    def _retirable(self, req: Request, block: int, cfg: DecodeConfig) -> bool:
-        """Whether the oldest block in flight becomes final now: when it is fully resolved."""
-        return self._progress(req, block, cfg) == 1.0
-
-    def _finish(self, req: Request) -> bool:
-        """Finished: an EOS with every earlier position resolved, or the whole length resolved."""
-        answer = req.tokens[req.prompt_len : req.limit]
-        for i, t in enumerate(answer):
-            if t == self.mask_id:
-                return False
-            if t in self.eos_ids:
-                req.result = answer[: i + 1]
-                return True
-        req.result = answer
-        return True
-
-    # -- model calls ------------------------------------------------------------------------
-
-    def _forward(self, running, queries, cache, k_pos, k_valid, cfg: DecodeConfig):
-        width = max(len(q) for q in queries)
-        ids = torch.full((len(running), width), self.pad_id, dtype=torch.long)
-        q_pos = torch.zeros(len(running), width, dtype=torch.long)
-        q_valid = torch.zeros(len(running), width, dtype=torch.bool)
-        for row, (req, q) in enumerate(zip(running, queries)):
-            ids[row, : len(q)] = torch.tensor([req.tokens[p] for p in q])
-            q_pos[row, : len(q)] = torch.tensor(q)
-            q_valid[row, : len(q)] = True
-        ids, q_pos, q_valid = ids.to(self.device), q_pos.to(self.device), q_valid.to(self.device)
-        mask = modeling.block_causal_mask(
-            q_pos, torch.cat([k_pos, q_pos], 1), cfg.block_size, self.dtype, torch.cat([k_valid, q_valid], 1)
-        )
-        out = self.model.get_decoder()(
-            input_ids=ids, attention_mask=mask, position_ids=q_pos, use_cache=True, **{self._cache_kwarg: cache}
-        )
-        return out.last_hidden_state, q_pos, q_valid
-
-    def _logits(self, running, queries, hidden, cfg: DecodeConfig) -> list[dict[int, list[tuple[int, float, int]]]]:
-        """Per row: {block: [(position, confidence, token)] for the positions ``_read_positions``
-        names (the masked ones), greedy."""
-        rows, cols, where = [], [], []
-        for row, (req, q) in enumerate(zip(running, queries)):
-            index = {p: c for c, p in enumerate(q)}
-            for b, p in self._read_positions(req, cfg):
-                if p in index:
-                    rows.append(row), cols.append(index[p]), where.append((row, b, p))
-        result: list[dict] = [{} for _ in running]
-        if not rows:
-            return result
-        logits = self.model.get_output_embeddings()(hidden[rows, cols]).float()
-        logits[:, self.mask_id] = float("-inf")
-        logits[:, len(self.tokenizer) :] = float("-inf")  # padding rows of the embedding are no tokens
-        conf, tok = logits.softmax(-1).max(-1)
-        for (row, b, p), c, t in zip(where, conf.tolist(), tok.tolist()):
-            result[row].setdefault(b, []).append((p, c, t))
-        return result
-
-    def _read_positions(self, req: Request, cfg: DecodeConfig) -> list[tuple[int, int]]:
-        """``(block, position)`` pairs whose logits a step reads: the masked positions of the blocks in flight."""
-        return [
-            (b, p) for b in req.active
-            for p in range(b * cfg.block_size, (b + 1) * cfg.block_size) if req.tokens[p] == self.mask_id
+        queries = list(range(start, req.final))
+        for b in blocks:
+            queries += range(b * B, (b + 1) * B)
+        computed = set(blocks)
+        reads = [
+            (b, p) for b in req.active if b in computed
+            for p in range(b * B, (b + 1) * B) if req.tokens[p] == self.mask_id
         ]
+        return Step(queries, reads, req.final)
 
-    def _update_cache(self, cache, k_pos, k_valid, q_pos, q_valid, store, keep_rows):
-        """Keep the old valid columns and the new columns below each row's stored length; drop
-        finished rows. Uses ``crop`` when no row stored anything, else a per-row gather."""
-        keep = torch.cat([k_valid, q_valid & (q_pos < torch.tensor(store, device=self.device)[:, None])], 1)
-        positions = torch.cat([k_pos, q_pos], 1)
-        rows = torch.tensor(keep_rows, dtype=torch.long, device=self.device)
-        keep, positions = keep[rows], positions[rows]
-        old = k_pos.shape[1]
-        if not keep[:, old:].any() and len(keep_rows) == k_pos.shape[0]:
-            cache.crop(old - cache.get_seq_length())  # a negative count: drop this step's columns
-            return k_pos, k_valid
-        width = int(keep.sum(1).max()) if len(keep_rows) else 0
-        # left-pad each row's kept columns: invalid padding first, then the kept columns in order
-        order = torch.argsort(keep.int(), dim=1, stable=True)[:, keep.shape[1] - width :]
-        for layer in cache.layers:
-            index = order[:, None, :, None].expand(-1, layer.keys.shape[1], -1, layer.keys.shape[-1])
-            layer.keys = layer.keys[rows].gather(2, index)
-            layer.values = layer.values[rows].gather(2, index)
-        return positions.gather(1, order), keep.gather(1, order)
-
-    # -- sampler ----------------------------------------------------------------------------
-
-    def _commit(self, req: Request, logits: dict, progress: dict, cfg: DecodeConfig) -> list[tuple[int, int]]:
+    def commit(self, req: Request, reads: Reads, cfg: DecodeConfig) -> list[tuple[int, int]]:
+        """The sampler: threshold, else top-1 when the predecessor is semi-complete or final."""
         committed = []
         for i, b in enumerate(req.active):
-            candidates = logits.get(b)
+            candidates = reads.get(b)
             if not candidates:
                 continue
             chosen = [(p, t) for p, c, t in candidates if c > cfg.accept_threshold]
-            fallback = i == 0 or progress[req.active[i - 1]] >= cfg.semi_complete_threshold
+            fallback = i == 0 or req.progress[req.active[i - 1]] >= cfg.semi_complete_threshold
             if not chosen and fallback:
                 p, _, t = max(candidates, key=lambda pct: pct[1])
                 chosen = [(p, t)]
@@ -377,9 +405,111 @@ class BlockDiffusionEngine:
             committed += chosen
         return committed
 
+    def retire(self, req: Request, cfg: DecodeConfig) -> list[int]:
+        """Cache entry, front to back (complete blocks behind final ones become final), then the
+        finishing rule of the schedule."""
+        B = cfg.block_size
+        newly = []
+        while req.active and self.mask_id not in req.tokens[req.active[0] * B : (req.active[0] + 1) * B]:
+            newly.append(req.active.pop(0))
+            req.final += B
+        answer = req.tokens[req.prompt_len : req.limit]
+        if cfg.schedule == "diffulex":
+            nxt = req.active[-1] + 1 if req.active else req.final // B
+            closed = nxt * B >= req.limit or self.eos_ids.intersection(answer[: nxt * B - req.prompt_len])
+            if closed and not req.active and req.cached == req.final:
+                self.finish(req, answer)
+        else:
+            end = answer.index(self.mask_id) if self.mask_id in answer else len(answer)
+            if end == len(answer) or self.eos_ids.intersection(answer[:end]):
+                self.finish(req, answer[:end])
+        return newly
+
+    # -- helpers the life cycle shares ------------------------------------------------------
+
+    def progress(self, req: Request, block: int, block_size: int) -> float:
+        """The block's resolved fraction."""
+        span = req.tokens[block * block_size : (block + 1) * block_size]
+        return 1.0 - span.count(self.mask_id) / block_size
+
+    def finish(self, req: Request, answer: Sequence[int]) -> None:
+        """End the request with ``answer`` cut after its first EOS ("eos"), else whole ("length")."""
+        req.result, eos = cut_at_eos(answer, self.eos_ids)
+        req.finish_reason = "eos" if eos else "length"
+
+    def settled(self, req: Request, cfg: DecodeConfig) -> int:
+        """The end of the answer prefix that can no longer change: resolved positions up to the first MASK."""
+        answer = req.tokens[req.prompt_len : req.limit]
+        return req.prompt_len + (answer.index(self.mask_id) if self.mask_id in answer else len(answer))
+
+    def stop_at_string(self, req: Request, cfg) -> None:
+        """End the request at the first stop string in its output, or (still running) in its
+        settled answer prefix cut after an EOS: the output becomes the shortest token prefix whose
+        text holds the stop string, and the finish reason "stop"."""
+        if req.result is None:
+            answer, _ = cut_at_eos(req.tokens[req.prompt_len : self.settled(req, cfg)], self.eos_ids)
+        else:
+            answer = req.result
+        text = self._text(answer)
+        _, hit = cut_at_stop(text, req.prompt.stop)
+        if not hit:
+            return
+        n = next(n for n in range(1, len(answer) + 1) if cut_at_stop(self._text(answer[:n]), req.prompt.stop)[1])
+        req.result, req.finish_reason = answer[:n], "stop"
+
+    def _text(self, ids: Sequence[int]) -> str:
+        return self.tokenizer.decode([t for t in ids if t not in self.eos_ids], skip_special_tokens=False)
+
+    # -- model calls ------------------------------------------------------------------------
+
+    def _forward(self, running, steps: Sequence[Step], rows: "KVRows", block_size: int):
+        width = max(len(s.queries) for s in steps)
+        ids = torch.full((len(running), width), self.pad_id, dtype=torch.long)
+        q_pos = torch.zeros(len(running), width, dtype=torch.long)
+        q_valid = torch.zeros(len(running), width, dtype=torch.bool)
+        for row, (req, s) in enumerate(zip(running, steps)):
+            n = len(s.queries)
+            q_pos[row, :n] = torch.tensor(s.queries)
+            ids[row, :n] = torch.tensor(req.tokens)[q_pos[row, :n]]
+            q_valid[row, :n] = True
+        ids, q_pos, q_valid = ids.to(self.device), q_pos.to(self.device), q_valid.to(self.device)
+        mask = modeling.block_causal_mask(
+            q_pos, torch.cat([rows.pos, q_pos], 1), block_size, self.dtype, torch.cat([rows.valid, q_valid], 1)
+        )
+        out = self.model.get_decoder()(
+            input_ids=ids, attention_mask=mask, position_ids=q_pos, use_cache=True, **{self._cache_kwarg: rows.cache}
+        )
+        return out.last_hidden_state, q_pos, q_valid
+
+    def _read(self, running, steps: Sequence[Step], hidden) -> list[dict[int, list[tuple[int, float, int]]]]:
+        """Per row: {block: [(position, confidence, token)]} at the step's read positions, greedy."""
+        rows, cols, where = [], [], []
+        for row, s in enumerate(steps):
+            if not s.reads:
+                continue
+            first = s.queries[0]
+            contiguous = s.queries[-1] - first + 1 == len(s.queries)
+            index = None if contiguous else {p: c for c, p in enumerate(s.queries)}
+            for b, p in s.reads:
+                rows.append(row), cols.append(p - first if contiguous else index[p]), where.append((row, b, p))
+        result: list[dict] = [{} for _ in running]
+        if not rows:
+            return result
+        conf, tok = self.predict(hidden[rows, cols])
+        for (row, b, p), c, t in zip(where, conf.tolist(), tok.tolist()):
+            result[row].setdefault(b, []).append((p, c, t))
+        return result
+
+    def predict(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Top-1 float32 probability and token per row of ``hidden`` (MASK and padding ids banned)."""
+        logits = self.model.get_output_embeddings()(hidden).float()
+        logits.masked_fill_(self._banned, float("-inf"))
+        return logits.softmax(-1).max(-1)
+
     # -- accounting -------------------------------------------------------------------------
 
-    def _count(self, req: Request, n_queries: int, n_keys: int, n_logits: int) -> None:
+    def count_forward(self, req, n_queries: int, n_keys: int, n_logits: int) -> None:
+        """One forward for ``req`` (or a branch): its analytical FLOPs."""
         req.forwards += 1
         req.flops += 2 * self._layer_params * n_queries + 4 * self._attn_width * n_queries * n_keys
         req.flops += self._head_flops * n_logits
@@ -388,24 +518,27 @@ class BlockDiffusionEngine:
         out = req.result or []
         last = req.prompt_len + max(len(out), 1) - 1
         blocks = last // cfg.block_size - req.prompt_len // cfg.block_size + 1
-        text = self.tokenizer.decode([t for t in out if t not in self.eos_ids], skip_special_tokens=False)
         return Generation(
-            text=text,
+            text=self._text(out),
             tokens=len(out),
             forwards=req.forwards,
-            extra={"flops": req.flops, "blocks": float(blocks)},
+            extra={"flops": req.flops, "blocks": float(blocks), **req.extra},
+            finish_reason=req.finish_reason,
         )
 
-    def _trace_entry(self, step, req, queries, committed, newly_final, stored_to, cfg) -> dict:
+    def _trace_entry(self, step, req: Request, plan: Step, admitted, committed, newly_final, stored_to, cfg) -> dict:
         return {
             "step": step,
             "prompt": req.prompt.id,
+            "admitted": admitted,
             "stored": [stored_to, req.cached],
-            "computed": sorted({p // cfg.block_size for p in queries}),
+            "computed": sorted({p // cfg.block_size for p in plan.queries}),
             "committed": committed,
             "became_final": newly_final,
-            "in_flight": [[b, self._progress(req, b, cfg)] for b in req.active],
+            "in_flight": [[b, self.progress(req, b, cfg.block_size)] for b in req.active],
             "final": req.final,
+            "finished": req.finish_reason,
+            **req.log,
         }
 
     # -- checkpoint metadata ----------------------------------------------------------------
@@ -416,3 +549,57 @@ class BlockDiffusionEngine:
             if value is not None:
                 return int(value)
         raise ValueError(f"{self.path}: no mask token id; pass engine_args.mask_token_id")
+
+
+class KVRows:
+    """A batched ``DynamicCache`` whose rows hold different cached prefixes: ``pos`` / ``valid``
+    (batch, columns) give each column's absolute position and whether it is a kept key. A forward
+    appends its columns; ``keep`` then keeps, per row, the columns below that row's stored length
+    and drops finished rows."""
+
+    def __init__(self, config, batch: int, device):
+        self.cache = DynamicCache(config=config)
+        self.pos = torch.zeros(batch, 0, dtype=torch.long, device=device)
+        self.valid = torch.zeros(batch, 0, dtype=torch.bool, device=device)
+        self._counts: list[int] = [0] * batch
+
+    def width(self, row: int) -> int:
+        """The number of kept keys of ``row``."""
+        return self._counts[row]
+
+    def keep(self, q_pos, q_valid, store: Sequence[int], keep_rows: Sequence[int]) -> None:
+        """After a forward: keep the new columns below each row's ``store`` and the rows ``keep_rows``.
+        Uses ``crop`` when no row stored anything, else a per-row gather."""
+        stored = q_valid & (q_pos < torch.tensor(store, device=q_pos.device)[:, None])
+        old = self.pos.shape[1]
+        if len(keep_rows) == self.pos.shape[0] and not bool(stored.any()):
+            self.cache.crop(old - self.cache.get_seq_length())  # a negative count: drop this forward's columns
+            return
+        keep = torch.cat([self.valid, stored], 1)
+        positions = torch.cat([self.pos, q_pos], 1)
+        rows = torch.tensor(list(keep_rows), dtype=torch.long, device=q_pos.device)
+        keep, positions = keep[rows], positions[rows]
+        counts = keep.sum(1)
+        width = int(counts.max()) if len(keep_rows) else 0
+        # left-pad each row's kept columns: invalid padding first, then the kept columns in order
+        order = torch.argsort(keep.to(torch.int8), dim=1, stable=True)[:, keep.shape[1] - width :]
+        all_rows = len(keep_rows) == self.pos.shape[0]
+        for layer in self.cache.layers:
+            keys, values = (layer.keys, layer.values) if all_rows else (layer.keys[rows], layer.values[rows])
+            index = order[:, None, :, None].expand(-1, keys.shape[1], -1, keys.shape[-1])
+            layer.keys, layer.values = keys.gather(2, index), values.gather(2, index)
+        self.pos, self.valid = positions.gather(1, order), keep.gather(1, order)
+        self._counts = counts.tolist()
+
+    def copy_row(self, dst: int, src: int) -> None:
+        """Row ``dst`` becomes a copy of row ``src`` (keys, values, positions, validity)."""
+        for layer in self.cache.layers:
+            layer.keys[dst], layer.values[dst] = layer.keys[src], layer.values[src]
+        self.pos[dst], self.valid[dst] = self.pos[src], self.valid[src]
+        self._counts[dst] = self._counts[src]
+
+    def forget(self, rows: Sequence[bool]) -> None:
+        """Mark every kept column of the flagged rows invalid (a recompute from scratch follows)."""
+        fresh = torch.tensor(list(rows), device=self.pos.device)
+        self.valid = self.valid & ~fresh[:, None]
+        self._counts = [0 if f else c for f, c in zip(rows, self._counts)]

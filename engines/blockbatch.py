@@ -1,78 +1,86 @@
 """The BlockBatch engine: one request decoded by several branches of different block sizes.
 
-Our version of BlockBatch ("Multi-Scale Consensus Decoding", reference systems section 6) for
-block-diffusion models with an exact block-causal cache. A request runs as one *branch* per
-entry of ``block_sizes``; the branches of all requests of a ``generate`` call are the rows of
-one batched forward per step (finished requests leave the batch). Greedy and deterministic.
+BlockBatch ("Multi-Scale Consensus Decoding", engines.md section 6) for block-diffusion models
+with an exact block-causal cache. A request runs as one *branch* per entry of ``block_sizes``;
+the branches of all requests of a ``generate`` call are the rows of one batched forward per step
+(finished requests leave the batch). Greedy and deterministic.
 
-A branch is the multi-block engine with one block in flight (``engines.block_diffusion`` with
-``buffer_size = 1``): its own tokens, its current block ``[start, end)`` (``[0, start)`` is
-final), and its own cache row holding the K/V of ``[0, cached)``. Blocks lie on the branch's own
-grid from position 0 (block ``p // B``; the prompt's last partial block is completed by generated
-tokens, and a block opened after a sync ends at the next multiple of B). Every position carries
-a block id (its block's start position) and the attention mask compares ids (a query attends a
-key of the same or an earlier block: ``modeling.block_mask``), so rows of different block sizes,
-and branches that continue from a leader's blocks, share one forward. One engine step:
+A branch is a single-block decoder with its own tokens, its current block ``[start, end)``
+(``[0, start)`` is final), and its own cache row holding the K/V of ``[0, cached)``. Blocks lie on
+the branch's own grid from position 0 (block ``p // B``; the prompt's last partial block is
+completed by generated tokens, and a block opened after a sync ends at the next multiple of B).
+Every position carries a block id (its block's start position) and the attention mask compares
+ids (``modeling.block_mask``), so rows of different block sizes, and branches that continue from
+a leader's blocks, share one forward. A branch follows the block life cycle of
+``engines.block_diffusion.BlockLifecycle``: ``admit`` opens its next block, ``step`` names what
+its row computes and reads, ``commit`` applies the per-branch rule, ``retire`` makes a complete
+block final and ends the branch. One engine step, per request:
 
 1. **Forward.** Each branch computes ``[cached, end)``: the block that became final in the
    previous step (its K/V enter the cache in this forward, the "folded store"; the first forward
-   is the prefill of the prompt's complete blocks), then its current block.
-2. **Commit.** Each branch commits every masked position of its current block whose top-1
-   probability exceeds ``accept_threshold``, or else its single most confident one (Fast-dLLM's
-   rule), so every branch commits at least one token per step.
-3. **Merge**, destinations in order of decoded answer positions (most first; ties: branch
-   order). Branches are *compatible* when they hold the same token wherever both are decoded.
-   Each still-masked position of the destination's current block takes, among the tokens that
-   compatible branches hold there, the one the destination rates highest in this step's forward,
-   if the destination's probability of it exceeds ``merge_threshold``. A merge never fills a
-   decoded position and never inserts a token the destination's own probability rejects.
-4. **Finish.** A branch finishes when it has committed an EOS with every earlier position
-   resolved, or resolved every position up to the length limit. The request ends when a branch
-   finishes; among branches finishing in the same step the first in ``block_sizes`` order wins,
-   and its tokens are the output. Otherwise each branch with a complete current block opens its
-   next block, all MASK.
-5. **Sync.** The leader is the branch with the most decoded answer positions (ties: branch
+   is the prefill of the prompt's complete blocks, on every row), then its current block.
+2. **Commit** (paper). Each branch commits every masked position of its current block whose top-1
+   probability exceeds ``accept_threshold``, else its single most confident one (Fast-dLLM's
+   rule), and keeps its *proposals*: at each position it read, the tokens it gives a probability
+   above ``proposal_threshold``.
+3. **Merge** (paper), destinations furthest ahead first (most decoded answer positions; ties:
+   branch order). A destination's sources are the branches strictly behind it that are
+   *compatible* (the same token wherever both are decoded). Each still-masked position of the
+   destination's current block takes, among the sources' proposals there, the token the
+   destination rates highest in this step's forward, if the destination's probability of it
+   exceeds ``merge_threshold``; a source it then contradicts offers nothing more.
+4. **End** (paper). A branch ends when its current block is fully decoded and holds an EOS, or
+   it has decoded every position up to the length limit. The request ends when a branch ends:
+   among the branches ending with an EOS, the one that gave its EOS the highest probability
+   wins (ties: branch order), else the branch with the most progress. Its tokens are the output.
+5. **Sync** (paper). The leader is the branch with the most decoded answer positions (ties: branch
    order). A branch more than ``sync_lag`` positions behind takes the leader's tokens, block ids,
-   current block, cached length and cache row: its state equals the leader's, and it goes on
-   with its own block size after the leader's current block.
-6. **Refresh.** Each time a request's leader has decoded ``refresh_interval`` more positions
-   (0: never), one extra batched forward, shared by the requests due in this step, recomputes
-   each of their branches' cached prefix ``[0, cached)`` from scratch and replaces its cache row
-   (it reads no logits and commits nothing; the rows of requests not due compute nothing and
-   are not counted; a request with nothing cached skips it). With this engine's exact
-   block-causal cache this recomputes the same K/V (outputs are unchanged; only forwards grow):
-   it exists for BlockBatch's approximate Fast-dLLM caches, whose stale K/V the refresh repairs.
+   current block, cached length and cache row, and goes on with its own block size.
+6. **Refresh** (paper). Each time a request's leader has decoded ``refresh_interval`` more
+   positions (0: never), one extra batched forward, shared by the requests due in this step,
+   recomputes each of their branches' ``[0, end)`` from scratch, replaces its cache row, and
+   commits in its current block again by the rule of step 2; then step 4 (rows of requests not
+   due compute nothing and are not counted). With this engine's exact cache the recomputed K/V
+   equal the cached ones: a refresh costs a forward and acts as one more commit step.
 
-Confidences are float32 softmax probabilities of the unfiltered logits; the MASK id and ids
-beyond the tokenizer's vocabulary are never predicted. With one branch, merges and syncs never
-happen and the engine decodes as ``block_diffusion`` with ``buffer_size = 1``, token for token.
+Our choices where the paper's description leaves one open, or where its LLaDA setting differs:
+the prefill runs on every row (blocks of different sizes give the prompt different K/V under a
+block-causal mask, so one row's prefill cannot be copied exactly), "behind" is strictly fewer
+decoded positions, a branch that reaches the length limit ends the run at once (none can make
+more progress), a refresh commits but does not merge or sync, and a sync copies the leader's
+cache row instead of recomputing it. Confidences are float32 softmax probabilities of the
+unfiltered logits; the MASK id and ids beyond the tokenizer's vocabulary are never predicted.
+With one branch, merges and syncs never happen and the engine decodes as single-block threshold
+decoding (``block_diffusion`` with ``schedule: eager`` and ``buffer_size: 1``) except that a block
+holding an EOS is decoded to its end. A prompt's stop strings end a branch at the first one in
+its resolved answer prefix.
 
 Counting (see ``engines.base``): ``forwards`` = the batched forwards the request took part in, as
 the request experiences them: each step's forward counts 1 and each refresh forward 1, however
-many branch rows they hold. (The NFE the BlockBatch paper reports, the winner's own forwards,
-counts the same batched forwards and hides the rows too.) ``tokens`` = the winner's generated
-tokens up to and including the first EOS. ``extra``: ``row_forwards`` (the rows computed for the
-request: the sum over its forwards of its branch rows, the compute that the batch hides), ``merges`` (positions filled by merging), ``syncs``,
-``refreshes``, ``flops`` (analytical, over all the request's rows, as in ``block_diffusion``),
-``blocks`` (blocks spanned by the output) and ``block_size`` (the winning branch's).
+many branch rows they hold (the paper's NFE, the winner's own forwards, counts the same).
+``tokens`` = the winner's generated tokens up to and including the first EOS. ``extra``:
+``row_forwards`` (the rows computed for the request: the compute that the batch hides),
+``merges`` (positions filled by merging), ``syncs``, ``refreshes``, ``flops`` (analytical, over
+all the request's rows), ``blocks`` (blocks spanned by the output) and ``block_size`` (the
+winning branch's).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 import torch
-from transformers import DynamicCache
 
 from pytest_redline.engines import modeling
 from pytest_redline.engines.autoregressive import encode
 from pytest_redline.engines.base import Generation
-from pytest_redline.engines.block_diffusion import BlockDiffusionEngine, check_params
+from pytest_redline.engines.block_diffusion import BlockDiffusionEngine, KVRows, Step, check_params
 from pytest_redline.suites.base import Prompt
 
 DEFAULTS: dict[str, Any] = {
     "block_sizes": [4, 8, 16],  # one branch each (the paper evaluates 4-8-16-32-64)
     "accept_threshold": 0.9,  # per-branch commit: top-1 probability above this, else the top-1
+    "proposal_threshold": 0.1,  # a branch proposes, at a position it read, every token above this
     "merge_threshold": 0.5,  # a destination takes a merged token only above this probability
     "sync_lag": 8,  # a branch more than this many positions behind the leader copies it
     "refresh_interval": 0,  # leader positions between full cache refreshes; 0: never (paper: 32)
@@ -84,6 +92,7 @@ DEFAULTS: dict[str, Any] = {
 class BatchConfig:
     block_sizes: tuple[int, ...]
     accept_threshold: float
+    proposal_threshold: float
     merge_threshold: float
     sync_lag: int
     refresh_interval: int
@@ -101,7 +110,7 @@ class BatchConfig:
         check_params(
             "blockbatch", values,
             ints={"sync_lag": 0, "refresh_interval": 0, "max_new_tokens": 1},
-            numbers=("accept_threshold", "merge_threshold"),
+            numbers=("accept_threshold", "proposal_threshold", "merge_threshold"),
         )
         return cls(**{**values, "block_sizes": tuple(sizes)})
 
@@ -113,19 +122,22 @@ class Branch:
     size: int  # block size of the blocks this branch opens
     tokens: list[int]  # prompt, then generated positions (MASK until committed)
     blocks: list[int]  # block id of every position: the start position of its block
-    start: int  # current block [start, end); [0, start) is final
+    start: int  # current block [start, end); [0, start) is final (start == end: none open)
     end: int
     cached: int  # positions whose K/V are in the branch's cache row (a prefix of [0, start])
     prompt_len: int
     limit: int  # prompt_len + max_new_tokens
     forwards: int = 0  # rows computed for this branch (its row-forwards)
     flops: float = 0.0
+    eos_prob: float = 0.0  # the probability the branch gave its first EOS when it was placed
+    proposals: dict[int, list[int]] = field(default_factory=dict)  # position -> tokens above the proposal cut
     result: list[int] | None = None
+    finish_reason: str | None = None
 
     def follow(self, leader: "Branch") -> None:
         """Take the leader's decoding state (not its block size or counters)."""
         self.tokens, self.blocks = list(leader.tokens), list(leader.blocks)
-        self.start, self.end, self.cached = leader.start, leader.end, leader.cached
+        self.start, self.end, self.cached, self.eos_prob = leader.start, leader.end, leader.cached, leader.eos_prob
 
 
 @dataclass
@@ -146,9 +158,8 @@ class BlockBatchEngine(BlockDiffusionEngine):
     ``threads`` sets torch's intra-op threads (see ``autoregressive.set_threads``)."""
 
     name = "blockbatch"
-
-    def _decode_config(self, config: Mapping[str, Any]) -> BatchConfig:
-        return BatchConfig.from_params(config)
+    Config = BatchConfig
+    refresh_from_scratch = True  # False: a refresh reuses the cache (the law that it is exact)
 
     # -- decoding ---------------------------------------------------------------------------
 
@@ -157,73 +168,54 @@ class BlockBatchEngine(BlockDiffusionEngine):
         """Decode ``prompts`` as one batch; returns ``(generations, trace)``. The trace (empty unless
         ``record``) has one entry per request and step: its branches' commits, merges, syncs,
         whether it was refreshed, and the winner's branch index once it finished."""
-        cfg = self._decode_config(config)
+        cfg = self.Config.from_params(config)
         n = len(cfg.block_sizes)
-        requests = [self._new_request(p, cfg) for p in prompts]
+        requests = [self.new_request(p, cfg) for p in prompts]
         running = list(requests)
-        cache = DynamicCache(config=self.model.config)
-        k_pos = torch.zeros(len(running) * n, 0, dtype=torch.long, device=self.device)
-        k_valid = torch.zeros(len(running) * n, 0, dtype=torch.bool, device=self.device)
+        rows = KVRows(self.model.config, len(running) * n, self.device)
         trace: list[dict] = []
         step = 0
         while running:
-            rows = [br for req in running for br in req.branches]  # request r's branches: rows r*n ...
-            spans = [(br.cached, br.end) for br in rows]
-            hidden, q_pos, q_valid = self._forward_rows(rows, spans, cache, k_pos, k_valid)
-            probs, index = self._probabilities(rows, spans, hidden)
-            committed = self._commit_rows(rows, spans, k_valid, probs, index, cfg)
-            store = [br.cached for br in rows]
-            ratings = self._ratings(rows, n, probs, index)
-            entries = [
-                self._settle(req, ratings, r * n, committed[r * n : (r + 1) * n], step, cfg)
-                for r, req in enumerate(running)
-            ]
-            keep = [r for r, req in enumerate(running) if req.winner is None]
-            keep_rows = [r * n + b for r in keep for b in range(n)]
-            k_pos, k_valid = self._update_cache(cache, k_pos, k_valid, q_pos, q_valid, store, keep_rows)
+            branches = [br for req in running for br in req.branches]  # request r's branches: rows r*n ...
+            for br in branches:
+                self.admit(br, cfg)
+            committed, probs, index, q = self._step_rows(branches, [self.step(br, cfg) for br in branches], rows, cfg)
+            entries = []
+            for r, req in enumerate(running):
+                req.forwards += 1
+                merged = self._merge(req, probs, index, r * n, cfg)
+                req.merges += len(merged)
+                self._end(req, cfg)
+                entries.append({
+                    "step": step, "prompt": req.prompt.id, "committed": committed[r * n : (r + 1) * n], "merged": merged,
+                    "synced": [], "refreshed": False, "winner": self._winner_index(req),
+                })
             if record:
                 trace += entries
-            running, entries = [running[r] for r in keep], [entries[r] for r in keep]
+            running, entries = self._keep_running(running, entries, rows, q, n)
             for r, (req, entry) in enumerate(zip(running, entries)):
-                entry["synced"] = self._sync(req, r * n, cache, k_pos, k_valid, cfg)
+                entry["synced"] = self._sync(req, r * n, rows, cfg)
                 req.syncs += len(entry["synced"])
             due = [self._refresh_due(req, cfg) for req in running]
             if any(due):
-                k_pos, k_valid = self._refresh(running, due, cache, k_pos, k_valid)
-                for entry, refreshed in zip(entries, due):
-                    entry["refreshed"] = refreshed
+                q = self._refresh(running, due, rows, cfg)
+                for req, entry, refreshed in zip(running, entries, due):
+                    entry["refreshed"], entry["winner"] = refreshed, self._winner_index(req)
+                running, entries = self._keep_running(running, entries, rows, q, n)
             step += 1
-        return [self._generation(req, cfg) for req in requests], trace
+        return [self._request_generation(req, cfg) for req in requests], trace
 
-    def _commit_rows(self, rows: list[Branch], spans, k_valid, probs, index, cfg: BatchConfig) -> list[list]:
-        """Count the forward for every row (step 1: it wrote ``[cached, start)``), then commit
-        (step 2); returns each row's commits ``[(position, token)]``."""
-        confidence, top = (t.tolist() for t in probs.max(-1))
-        n_cached = k_valid.sum(1).tolist()
-        committed = []
-        for row, br in enumerate(rows):
-            n_queries = spans[row][1] - spans[row][0]
-            self._count(br, n_queries, n_cached[row] + n_queries, len(index[row]))
-            br.cached = br.start
-            committed.append(self._commit_block(br, [(p, confidence[i], top[i]) for p, i in index[row].items()], cfg))
-        return committed
+    def _keep_running(self, running, entries, rows: KVRows, q, n: int):
+        """After a forward: keep each row's stored columns and the requests without a winner."""
+        keep = [r for r, req in enumerate(running) if req.winner is None]
+        rows.keep(*q, [br.cached for req in running for br in req.branches], [r * n + b for r in keep for b in range(n)])
+        return [running[r] for r in keep], [entries[r] for r in keep]
 
-    def _settle(self, req: Request, ratings, first_row: int, committed, step: int, cfg: BatchConfig) -> dict:
-        """Steps 3 and 4 for one request after its commits: merge, finish, open the next blocks;
-        returns its trace entry (syncs and refresh are filled in later)."""
-        req.forwards += 1
-        merged = self._merge(req, ratings, first_row, cfg)
-        req.merges += len(merged)
-        req.winner = next((br for br in req.branches if self._finish(br)), None)
-        if req.winner is None:
-            for br in req.branches:
-                self._advance(br)
-        return {
-            "step": step, "prompt": req.prompt.id, "committed": committed, "merged": merged, "synced": [],
-            "refreshed": False, "winner": None if req.winner is None else req.branches.index(req.winner),
-        }
+    @staticmethod
+    def _winner_index(req: Request) -> int | None:
+        return None if req.winner is None else req.branches.index(req.winner)
 
-    def _new_request(self, prompt: Prompt, cfg: BatchConfig) -> Request:
+    def new_request(self, prompt: Prompt, cfg: BatchConfig) -> Request:
         ids = encode(self.tokenizer, prompt, self.name)
         limit = len(ids) + cfg.max_new_tokens
         length = limit + max(cfg.block_sizes)  # every block starts before the limit
@@ -235,6 +227,106 @@ class BlockBatchEngine(BlockDiffusionEngine):
             branches.append(Branch(size, list(tokens), grid, start, start + size, 0, len(ids), limit))
         return Request(prompt=prompt, branches=branches)
 
+    # -- a branch's block life cycle ----------------------------------------------------------
+
+    def admit(self, br: Branch, cfg: BatchConfig) -> list[int]:
+        """Open the next block, all MASK, ending on the branch's own grid, once none is open."""
+        if br.start < br.end:
+            return []
+        br.end = (br.start // br.size + 1) * br.size
+        br.blocks[br.start : br.end] = [br.start] * (br.end - br.start)
+        return [br.start]
+
+    def step(self, br: Branch, cfg: BatchConfig) -> Step:
+        """The row computes the uncached final prefix and the current block; reads its masked positions."""
+        reads = [(br.start, p) for p in range(br.start, br.end) if br.tokens[p] == self.mask_id]
+        return Step(list(range(br.cached, br.end)), reads, br.start)
+
+    def commit(self, br: Branch, reads, cfg: BatchConfig) -> list[tuple[int, int]]:
+        """Fast-dLLM's rule on the current block's ``(position, confidence, token)`` reads: every one
+        above ``accept_threshold``, else the most confident (the first on ties)."""
+        candidates = reads.get(br.start, [])
+        if not candidates:
+            return []
+        passed = [(p, c, t) for p, c, t in candidates if c > cfg.accept_threshold]
+        chosen = passed or [max(candidates, key=lambda pct: pct[1])]
+        for p, c, t in chosen:
+            self._place(br, p, t, c)
+        return [(p, t) for p, _, t in chosen]
+
+    def retire(self, br: Branch, cfg: BatchConfig) -> list[int]:
+        """A complete current block becomes final; the branch ends when it held an EOS or reached the limit."""
+        if self.mask_id in br.tokens[br.start : br.end]:
+            return []
+        block, br.start = br.start, br.end
+        answer = br.tokens[br.prompt_len : br.limit]
+        if self.eos_ids.intersection(br.tokens[br.prompt_len : br.start]) or br.start >= br.limit:
+            self.finish(br, answer)
+        return [block]
+
+    # -- model calls ------------------------------------------------------------------------
+
+    def _step_rows(self, branches: list[Branch], steps: list[Step], rows: KVRows, cfg: BatchConfig):
+        """One batched forward over the branches' steps, counted per row; commits every row;
+        returns ``(commits per row, probabilities at the reads, {(row, position): index}, (q_pos, q_valid))``;
+        rows that compute nothing are neither counted nor committed."""
+        hidden, q_pos, q_valid = self._forward_rows(branches, steps, rows)
+        index, row_of, column = {}, [], []
+        for row, s in enumerate(steps):
+            for _, p in s.reads:
+                index[row, p] = len(row_of)
+                row_of.append(row), column.append(p - s.queries[0])
+        logits = self.model.get_output_embeddings()(hidden[row_of, column]).float()
+        probs = logits.masked_fill_(self._banned, float("-inf")).softmax(-1)
+        confidence, top = (t.tolist() for t in probs.max(-1))
+        proposals = (probs > cfg.proposal_threshold).nonzero().tolist()
+        committed = []
+        for row, (br, s) in enumerate(zip(branches, steps)):
+            if not s.queries:
+                committed.append([])
+                continue
+            self.count_forward(br, len(s.queries), rows.width(row) + len(s.queries), len(s.reads))
+            br.cached = s.store
+            br.proposals = {}
+            reads = {br.start: [(p, confidence[index[row, p]], top[index[row, p]]) for _, p in s.reads]}
+            committed.append(self.commit(br, reads, cfg))
+        at = {i: (row, p) for (row, p), i in index.items()}
+        for i, t in proposals:
+            row, p = at[i]
+            branches[row].proposals.setdefault(p, []).append(t)
+        return committed, probs, index, (q_pos, q_valid)
+
+    def _forward_rows(self, branches: list[Branch], steps: list[Step], rows: KVRows):
+        """One batched forward: row i computes ``steps[i].queries`` of ``branches[i]`` (right-padded
+        with pad ids at position 0) after its cache columns. A query attends a valid key whose
+        block id is at most its own. Returns ``(hidden, q_pos, q_valid)``."""
+        lo = torch.tensor([s.queries[0] if s.queries else 0 for s in steps])
+        count = torch.tensor([len(s.queries) for s in steps])
+        offset = torch.arange(max(int(count.max()), 1))
+        q_valid = offset[None, :] < count[:, None]
+        q_pos = torch.where(q_valid, lo[:, None] + offset[None, :], 0)
+        length = max(len(br.tokens) for br in branches)
+        tokens = torch.tensor([br.tokens + [self.pad_id] * (length - len(br.tokens)) for br in branches])
+        blocks = torch.tensor([br.blocks + [0] * (length - len(br.blocks)) for br in branches])
+        ids = torch.where(q_valid, tokens.gather(1, q_pos), self.pad_id)
+        ids, q_pos, q_valid, blocks = (t.to(self.device) for t in (ids, q_pos, q_valid, blocks))
+        mask = modeling.block_mask(
+            blocks.gather(1, q_pos), blocks.gather(1, torch.cat([rows.pos, q_pos], 1)), self.dtype,
+            torch.cat([rows.valid, q_valid], 1),
+        )
+        out = self.model.get_decoder()(
+            input_ids=ids, attention_mask=mask, position_ids=q_pos, use_cache=True, **{self._cache_kwarg: rows.cache}
+        )
+        return out.last_hidden_state, q_pos, q_valid
+
+    # -- rules: merge, end, sync, refresh -------------------------------------------------------
+
+    def _place(self, br: Branch, position: int, token: int, prob: float) -> None:
+        """Write ``token`` at ``position``, recording its probability if it is the branch's first EOS."""
+        br.tokens[position] = token
+        if token in self.eos_ids and not self.eos_ids.intersection(br.tokens[br.prompt_len : position]):
+            br.eos_prob = prob
+
     def _decoded(self, br: Branch) -> int:
         """Resolved answer positions (up to the length limit)."""
         return br.limit - br.prompt_len - br.tokens[br.prompt_len : br.limit].count(self.mask_id)
@@ -244,104 +336,46 @@ class BlockBatchEngine(BlockDiffusionEngine):
         decoded = [self._decoded(br) for br in req.branches]
         return decoded.index(max(decoded))
 
-    # -- model calls ------------------------------------------------------------------------
-
-    def _forward_rows(self, rows: list[Branch], spans, cache, k_pos, k_valid):
-        """One batched forward: row i computes positions ``spans[i] = (lo, hi)`` of ``rows[i]``
-        (right-padded with pad ids at position 0) after its cache columns ``k_pos``/``k_valid``.
-        A query attends a valid key whose block id is at most its own. Returns
-        ``(hidden, q_pos, q_valid)``."""
-        lo = torch.tensor([s[0] for s in spans])
-        count = torch.tensor([hi - lo for lo, hi in spans])
-        offset = torch.arange(int(count.max()))
-        q_valid = offset[None, :] < count[:, None]
-        q_pos = torch.where(q_valid, lo[:, None] + offset[None, :], 0)
-        length = max(len(br.tokens) for br in rows)
-        tokens = torch.tensor([br.tokens + [self.pad_id] * (length - len(br.tokens)) for br in rows])
-        blocks = torch.tensor([br.blocks + [0] * (length - len(br.blocks)) for br in rows])
-        ids = torch.where(q_valid, tokens.gather(1, q_pos), self.pad_id)
-        ids, q_pos, q_valid, blocks = (t.to(self.device) for t in (ids, q_pos, q_valid, blocks))
-        mask = modeling.block_mask(
-            blocks.gather(1, q_pos), blocks.gather(1, torch.cat([k_pos, q_pos], 1)), self.dtype,
-            torch.cat([k_valid, q_valid], 1),
-        )
-        out = self.model.get_decoder()(
-            input_ids=ids, attention_mask=mask, position_ids=q_pos, use_cache=True, **{self._cache_kwarg: cache}
-        )
-        return out.last_hidden_state, q_pos, q_valid
-
-    def _probabilities(self, rows: list[Branch], spans, hidden):
-        """The float32 distributions at the masked positions of every row's current block (MASK and
-        ids beyond the tokenizer get 0), and per row ``{position: index into them}``."""
-        index, row_of, column = [], [], []
-        for row, (br, (lo, _)) in enumerate(zip(rows, spans)):
-            masked = [p for p in range(br.start, br.end) if br.tokens[p] == self.mask_id]
-            index.append({p: len(row_of) + i for i, p in enumerate(masked)})
-            row_of += [row] * len(masked)
-            column += [p - lo for p in masked]
-        logits = self.model.get_output_embeddings()(hidden[row_of, column]).float()
-        logits[:, self.mask_id] = float("-inf")
-        logits[:, len(self.tokenizer) :] = float("-inf")
-        return logits.softmax(-1), index
-
-    # -- rules: commit, merge, finish, advance, sync, refresh -----------------------------------
-
-    def _commit_block(self, br: Branch, candidates: list[tuple[int, float, int]], cfg: BatchConfig):
-        """Fast-dLLM's rule on the current block's ``(position, confidence, token)`` candidates:
-        every one above ``accept_threshold``, else the most confident (the first on ties)."""
-        passed = [(p, t) for p, c, t in candidates if c > cfg.accept_threshold]
-        best = max(candidates, key=lambda pct: pct[1])
-        chosen = passed or [(best[0], best[2])]
-        for p, t in chosen:
-            br.tokens[p] = t
-        return chosen
-
-    def _ratings(self, rows: list[Branch], n: int, probs, index) -> dict[tuple[int, int, int], float]:
-        """``{(row, position, token): probability}``: the row's own probability of every token that
-        a branch of its request holds at a position still masked in the row's current block (every
-        token a merge may offer; merged tokens come from those)."""
-        keys = []
-        for row, dst in enumerate(rows):
-            group = rows[row - row % n : row - row % n + n]
-            for p, i in index[row].items():
-                if dst.tokens[p] == self.mask_id:
-                    keys += [(row, p, t, i) for t in sorted({src.tokens[p] for src in group} - {self.mask_id})]
-        values = probs[[k[3] for k in keys], [k[2] for k in keys]].tolist() if keys else []
-        return {(row, p, t): v for (row, p, t, _), v in zip(keys, values)}
-
     def _compatible(self, a: Branch, b: Branch) -> bool:
         """Whether two branches hold the same token wherever both are decoded."""
         lo, hi = a.prompt_len, max(a.end, b.end)
         return all(x == y or self.mask_id in (x, y) for x, y in zip(a.tokens[lo:hi], b.tokens[lo:hi]))
 
-    def _merge(self, req: Request, ratings, first_row: int, cfg: BatchConfig) -> list[tuple[int, int, int, float]]:
+    def _merge(self, req: Request, probs, index, first_row: int, cfg: BatchConfig) -> list[tuple[int, int, int, float]]:
         """Confidence-gated merging (rule 3); returns ``(branch, position, token, probability)``
-        per filled position. ``ratings[first_row + branch, position, token]`` is the branch's own
-        probability from this step's forward."""
+        per filled position; ``probs[index[row, position]]`` is the row's distribution there."""
         merged = []
-        order = sorted(range(len(req.branches)), key=lambda b: -self._decoded(req.branches[b]))
+        decoded = [self._decoded(br) for br in req.branches]
+        order = sorted(range(len(req.branches)), key=lambda b: -decoded[b])
         for d in order:
             dst = req.branches[d]
-            sources = [src for src in req.branches if src is not dst and self._compatible(dst, src)]
+            sources = [src for s, src in enumerate(req.branches) if decoded[s] < decoded[d] and self._compatible(dst, src)]
             for p in range(dst.start, dst.end):
-                offers = sorted({src.tokens[p] for src in sources} - {self.mask_id})
-                if dst.tokens[p] != self.mask_id or not offers:
+                offers = sorted({t for src in sources for t in src.proposals.get(p, ())})
+                if dst.tokens[p] != self.mask_id or not offers or (first_row + d, p) not in index:
                     continue
-                token = max(offers, key=lambda t: ratings[first_row + d, p, t])
-                prob = ratings[first_row + d, p, token]
+                rated = probs[index[first_row + d, p], offers].tolist()
+                prob = max(rated)
+                token = offers[rated.index(prob)]
                 if prob > cfg.merge_threshold:
-                    dst.tokens[p] = token
+                    self._place(dst, p, token, prob)
                     merged.append((d, p, token, prob))
                     sources = [src for src in sources if src.tokens[p] in (self.mask_id, token)]
         return merged
 
-    def _advance(self, br: Branch) -> None:
-        """Open the next block, all MASK, ending on the branch's own grid, once the current one is complete."""
-        if self.mask_id not in br.tokens[br.start : br.end]:
-            br.start, br.end = br.end, (br.end // br.size + 1) * br.size
-            br.blocks[br.start : br.end] = [br.start] * (br.end - br.start)
+    def _end(self, req: Request, cfg: BatchConfig) -> None:
+        """Rule 4 and stop strings: retire complete blocks; the request ends when a branch ends."""
+        for br in req.branches:
+            self.retire(br, cfg)
+            if br.result is None and req.prompt.stop:
+                self.stop_at_string(br, cfg)
+        ended = [br for br in req.branches if br.result is not None]
+        if not ended:
+            return
+        eos = [br for br in ended if br.finish_reason == "eos"]
+        req.winner = max(eos, key=lambda br: br.eos_prob) if eos else max(ended, key=self._decoded)
 
-    def _sync(self, req: Request, first_row: int, cache, k_pos, k_valid, cfg: BatchConfig) -> list[tuple[int, int]]:
+    def _sync(self, req: Request, first_row: int, rows: KVRows, cfg: BatchConfig) -> list[tuple[int, int]]:
         """Leader sync (rule 5), cache rows included; returns ``(follower, leader)`` branch indices."""
         lead = self._leader(req)
         ahead = self._decoded(req.branches[lead])
@@ -349,10 +383,7 @@ class BlockBatchEngine(BlockDiffusionEngine):
         for b, br in enumerate(req.branches):
             if ahead - self._decoded(br) > cfg.sync_lag:
                 br.follow(req.branches[lead])
-                f, src = first_row + b, first_row + lead
-                for layer in cache.layers:
-                    layer.keys[f], layer.values[f] = layer.keys[src], layer.values[src]
-                k_pos[f], k_valid[f] = k_pos[src], k_valid[src]
+                rows.copy_row(first_row + b, first_row + lead)
                 synced.append((b, lead))
         return synced
 
@@ -365,30 +396,38 @@ class BlockBatchEngine(BlockDiffusionEngine):
         req.refreshed_at = decoded
         return any(br.cached for br in req.branches)
 
-    def _refresh(self, running: list[Request], due: list[bool], cache, k_pos, k_valid):
-        """One batched forward recomputing ``[0, cached)`` of every branch of the due requests,
-        attending only this forward's keys, which then replace the branch's cache row."""
+    def _refresh(self, running: list[Request], due: list[bool], rows: KVRows, cfg: BatchConfig):
+        """Rule 6: one batched forward recomputing ``[0, end)`` of every branch of the due requests
+        from scratch (their cache rows are forgotten first), committing in the current blocks, then
+        rule 4; the other rows compute nothing. Returns the forward's ``(q_pos, q_valid)``."""
         n = len(running[0].branches)
-        rows = [br for req in running for br in req.branches]
-        fresh = torch.tensor([due[row // n] for row in range(len(rows))], device=self.device)
-        k_valid = k_valid & ~fresh[:, None]  # from scratch: the old columns are neither read nor kept
-        spans = [(0, br.cached if due[row // n] else 0) for row, br in enumerate(rows)]
-        _, q_pos, q_valid = self._forward_rows(rows, spans, cache, k_pos, k_valid)
-        for req in (req for req, d in zip(running, due) if d):
-            req.forwards += 1
-            req.refreshes += 1
-            for br in req.branches:
-                self._count(br, br.cached, br.cached, 0)
-        return self._update_cache(cache, k_pos, k_valid, q_pos, q_valid, [br.cached for br in rows], list(range(len(rows))))
+        branches = [br for req in running for br in req.branches]
+        fresh = [due[row // n] for row in range(len(branches))]
+        if self.refresh_from_scratch:
+            rows.forget(fresh)
+        steps = []
+        for br, f in zip(branches, fresh):
+            if not f:
+                steps.append(Step([], [], br.cached))
+                continue
+            self.admit(br, cfg)
+            s = self.step(br, cfg)
+            steps.append(Step(list(range(0 if self.refresh_from_scratch else br.cached, br.end)), s.reads, s.store))
+        q = self._step_rows(branches, steps, rows, cfg)[3]
+        for req, d in zip(running, due):
+            if d:
+                req.forwards += 1
+                req.refreshes += 1
+                self._end(req, cfg)
+        return q
 
     # -- accounting -------------------------------------------------------------------------
 
-    def _generation(self, req: Request, cfg: BatchConfig) -> Generation:
+    def _request_generation(self, req: Request, cfg: BatchConfig) -> Generation:
         win = req.winner
         out = win.result or []
-        text = self.tokenizer.decode([t for t in out if t not in self.eos_ids], skip_special_tokens=False)
         return Generation(
-            text=text,
+            text=self._text(out),
             tokens=len(out),
             forwards=req.forwards,
             extra={
@@ -400,4 +439,5 @@ class BlockBatchEngine(BlockDiffusionEngine):
                 "blocks": float(len(set(win.blocks[win.prompt_len : win.prompt_len + max(len(out), 1)]))),
                 "block_size": float(win.size),
             },
+            finish_reason=win.finish_reason,
         )

@@ -14,6 +14,9 @@ from pytest_redline.engines.base import Engine
 from pytest_redline.engines.block_diffusion import DEFAULTS, BlockDiffusionEngine
 from pytest_redline.engines.modeling import block_causal_mask
 from pytest_redline.suites.arithmetic import ArithmeticSuite
+from pytest_redline.suites.base import Prompt
+
+import reference_decoders
 
 PROMPTS = ArithmeticSuite(n=6, seed=11).prompts()
 SHORT = {"max_new_tokens": 20}
@@ -35,6 +38,7 @@ def _key(gens):
 
 CONFIGS = [
     {},
+    {"schedule": "eager"},
     {"accept_threshold": 0.5, "semi_complete_threshold": 0.5, "buffer_size": 3, "add_block_threshold": 0.0},
     {"accept_threshold": 0.7, "skip_masked_blocks": True, "block_size": 4},
 ]
@@ -76,52 +80,59 @@ def test_equivalent_batched_and_alone(tiny, config):
     assert _key(batched) == _key(alone)
 
 
-def _single_block_reference(engine, prompt, block_size, accept, max_new):
-    """One block at a time, whole prefix recomputed every step, threshold with top-1 fallback."""
-    model, mask_id = engine.model, engine.mask_id
-    ids = engine.tokenizer(prompt.text).input_ids
-    start, limit = len(ids), len(ids) + max_new
-    tokens = ids + [mask_id] * (-(-limit // block_size) * block_size - len(ids))
-    forwards, block = 0, start // block_size
-    while True:
-        answer = tokens[start:limit]
-        first_mask = answer.index(mask_id) if mask_id in answer else len(answer)
-        eos = [i for i, t in enumerate(answer[:first_mask]) if t in engine.eos_ids]
-        if eos or first_mask == len(answer):
-            out = answer[: eos[0] + 1] if eos else answer
-            return out, forwards
-        lo, hi = block * block_size, (block + 1) * block_size
-        if mask_id not in tokens[lo:hi]:
-            block += 1
-            continue
-        x = torch.tensor([tokens[:hi]])
-        pos = torch.arange(hi)[None]
-        logits = model(input_ids=x, attention_mask=block_causal_mask(pos, pos, block_size, model.dtype), position_ids=pos).logits[0].float()
-        logits[:, mask_id] = float("-inf")
-        logits[:, len(engine.tokenizer) :] = float("-inf")
-        conf, tok = logits.softmax(-1).max(-1)
-        masked = [p for p in range(lo, hi) if tokens[p] == mask_id]
-        chosen = [p for p in masked if conf[p] > accept] or [max(masked, key=lambda p: conf[p])]
-        for p in chosen:
-            tokens[p] = int(tok[p])
-        forwards += 1
+DIFFULEX = [  # (block, buffer, accept, semi, add): buffer 1 (store forwards), 2 and 3; P % B = 0 and not
+    (8, 2, 0.6, 0.9, 0.1),
+    (4, 1, 0.7, 0.9, 0.1),
+    (4, 3, 0.5, 0.5, 0.0),
+    (5, 2, 0.9, 0.7, 0.3),
+    (6, 3, 0.7, 0.95, 0.5),
+]
+PROMPTS_P8 = PROMPTS + [p for p in ArithmeticSuite(n=16, seed=5).prompts() if len(p.text) in (8, 10)][:2]
+
+
+@pytest.mark.parametrize("block, buffer, accept, semi, add", DIFFULEX)
+def test_equivalent_diffulex_reference(tiny, block, buffer, accept, semi, add):
+    """The default schedule equals an uncached re-implementation of Diffulex multi_bd written from
+    engines.md (tests/reference_decoders.py): text, tokens and forwards, prompts with P % B = 0
+    (pure prefill) and without (the padded tail block starts ACTIVE)."""
+    config = {"block_size": block, "buffer_size": buffer, "accept_threshold": accept,
+              "semi_complete_threshold": semi, "add_block_threshold": add, **SHORT}
+    gens = tiny.generate(PROMPTS_P8, config)
+    lengths = set()
+    for prompt, gen in zip(PROMPTS_P8, gens):
+        ids = tiny.tokenizer(prompt.text).input_ids
+        lengths.add(len(ids) % block == 0)
+        out, forwards = reference_decoders.diffulex(tiny, ids, block, buffer, accept, semi, add, SHORT["max_new_tokens"])
+        assert (gen.tokens, gen.forwards) == (len(out), forwards)
+        assert gen.text == tiny.tokenizer.decode([t for t in out if t not in tiny.eos_ids])
+        assert gen.finish_reason == ("eos" if out[-1] in tiny.eos_ids else "length")
+    assert lengths == {True, False}
 
 
 @pytest.mark.parametrize("accept, block_size", [(0.6, 8), (0.9, 4), (1.5, 8)])
-def test_equivalent_buffer_one_single_block(tiny, accept, block_size):
-    config = {"buffer_size": 1, "accept_threshold": accept, "block_size": block_size, **SHORT}
+def test_equivalent_eager_buffer_one_single_block(tiny, accept, block_size):
+    """``schedule: eager`` at buffer 1 is single-block threshold decoding without store forwards."""
+    config = {"buffer_size": 1, "accept_threshold": accept, "block_size": block_size, "schedule": "eager", **SHORT}
     gens = tiny.generate(PROMPTS, config)
     for prompt, gen in zip(PROMPTS, gens):
-        out, forwards = _single_block_reference(tiny, prompt, block_size, accept, SHORT["max_new_tokens"])
+        ids = tiny.tokenizer(prompt.text).input_ids
+        out, forwards = reference_decoders.single_block(tiny, ids, block_size, accept, SHORT["max_new_tokens"], complete_block=False)
         assert (gen.tokens, gen.forwards) == (len(out), forwards)
         assert gen.text == tiny.tokenizer.decode([t for t in out if t not in tiny.eos_ids])
 
 
-def test_one_token_per_forward_accept_above_one(tiny):
-    config = {"buffer_size": 1, "accept_threshold": 1.01, **SHORT}
+@pytest.mark.parametrize("schedule", ["diffulex", "eager"])
+def test_one_commit_per_denoising_forward_accept_above_one(tiny, schedule):
+    """Buffer 1 and accept > 1: every forward that denoises commits exactly one position; the
+    others are Diffulex's pure prefill and store forwards. TPF is below 1, not 1: positions after
+    the EOS in its block are committed too (and the store forwards add forwards)."""
+    config = {"buffer_size": 1, "accept_threshold": 1.01, "schedule": schedule, **SHORT}
     gens, trace = tiny.decode(PROMPTS, config, record=True)
-    assert all(len(step["committed"]) == 1 for step in trace)
+    assert all(len(step["committed"]) <= 1 for step in trace)
+    idle = [s for s in trace if not s["committed"]]  # eager: none; Diffulex: prefill and store steps
+    assert (not idle) if schedule == "eager" else all(s["stored"][1] > s["stored"][0] for s in idle)
     assert len(trace) == sum(g.forwards for g in gens)
+    assert sum(g.tokens for g in gens) < sum(g.forwards for g in gens)
 
 
 def test_equivalent_skip_placeholders_fewer_flops(tiny):
@@ -153,7 +164,8 @@ def test_maximal_commit_rule_and_scheduler_laws(embedded, config):
             newest = before["in_flight"][-1]
             admitted = [b for b, _ in in_flight if b > newest[0]]
             assert not admitted or newest[1] >= cfg["add_block_threshold"]
-        assert step["committed"]  # the oldest block always makes progress
+        # the oldest block makes progress, unless the step only prefills or stores (Diffulex)
+        assert step["committed"] or not in_flight or step["stored"][1] > step["stored"][0]
         previous[step["prompt"]] = step
     assert sum(g.forwards for g in gens) == len(trace)
 

@@ -19,6 +19,8 @@ from pytest_redline import registry
 from pytest_redline.grid import load_grid
 from pytest_redline.suites.arithmetic import ArithmeticSuite
 
+import reference_decoders
+
 pytest_plugins = ["pytester"]
 
 PROMPTS = ArithmeticSuite(n=6, seed=11).prompts()
@@ -34,11 +36,6 @@ def tiny(tiny_folder):
     torch.set_num_threads(threads)  # threads are process-wide: leave them as found
 
 
-@pytest.fixture(scope="module")
-def tiny_multi(tiny_folder):
-    return BlockDiffusionEngine(model=tiny_folder, device="cpu", dtype="float64")
-
-
 def _key(gens):
     return [(g.text, g.tokens, g.forwards, dict(g.extra)) for g in gens]
 
@@ -47,26 +44,31 @@ def _key(gens):
     "accept, block_size, inert",
     [(0.6, 8, {}), (0.9, 4, {"merge_threshold": 0.0, "sync_lag": 0}), (1.5, 8, {}), (0.0, 16, {})],
 )
-def test_equivalent_one_branch_single_block(tiny, tiny_multi, accept, block_size, inert):
-    """One branch (no merge or sync partner, no refresh) is the multi-block engine with buffer 1:
-    text, tokens, forwards, FLOPs and blocks."""
+def test_equivalent_one_branch_single_block(tiny, accept, block_size, inert):
+    """One branch (no merge or sync partner, no refresh) is single-block threshold decoding with
+    top-1 fallback that ends after the block holding the EOS, against an uncached float64 decoder
+    written from engines.md (tests/reference_decoders.py): text, tokens, forwards."""
     one = tiny.generate(PROMPTS, {"block_sizes": [block_size], "accept_threshold": accept, **inert, **SHORT})
-    multi = tiny_multi.generate(PROMPTS, {"buffer_size": 1, "block_size": block_size, "accept_threshold": accept, **SHORT})
-    assert [(g.text, g.tokens, g.forwards, g.extra["flops"], g.extra["blocks"]) for g in one] == [
-        (g.text, g.tokens, g.forwards, g.extra["flops"], g.extra["blocks"]) for g in multi
-    ]
+    for prompt, gen in zip(PROMPTS, one):
+        ids = tiny.tokenizer(prompt.text).input_ids
+        out, forwards = reference_decoders.single_block(tiny, ids, block_size, accept, SHORT["max_new_tokens"])
+        assert (gen.text, gen.tokens, gen.forwards) == (tiny.tokenizer.decode([t for t in out if t not in tiny.eos_ids]), len(out), forwards)
     assert all(g.extra["row_forwards"] == g.forwards and g.extra["merges"] == g.extra["syncs"] == 0 for g in one)
 
 
-def test_equivalent_refresh_on_off(tiny):
-    """The cache is exact (syncs and merges included): refreshing it from scratch changes nothing
-    but the forwards."""
-    plain = tiny.generate(PROMPTS, BRANCHY)
-    refreshed = tiny.generate(PROMPTS, {**BRANCHY, "refresh_interval": 3})
-    assert sum(g.extra["merges"] for g in plain) > 0 and sum(g.extra["syncs"] for g in plain) > 0
-    assert [(g.text, g.tokens) for g in plain] == [(g.text, g.tokens) for g in refreshed]
-    assert all(r.forwards == p.forwards + r.extra["refreshes"] for p, r in zip(plain, refreshed))
-    assert all(r.extra["refreshes"] > 0 for r in refreshed)
+def test_exact_cache_refresh_from_scratch(tiny, monkeypatch):
+    """The cache is exact (syncs and merges included): a refresh that recomputes every branch's
+    prefix from scratch commits exactly what it commits from the cached rows."""
+    config = {**BRANCHY, "refresh_interval": 3}
+    scratch = tiny.generate(PROMPTS, config)
+    monkeypatch.setattr(tiny, "refresh_from_scratch", False)
+    cached = tiny.generate(PROMPTS, config)
+    assert sum(g.extra["merges"] for g in scratch) > 0 and sum(g.extra["syncs"] for g in scratch) > 0
+    assert all(g.extra["refreshes"] > 0 for g in scratch)
+    keys = ("merges", "syncs", "refreshes", "row_forwards")
+    assert [(g.text, g.tokens, g.forwards, [g.extra[k] for k in keys]) for g in scratch] == [
+        (g.text, g.tokens, g.forwards, [g.extra[k] for k in keys]) for g in cached
+    ]
 
 
 def test_equivalent_batched_and_alone(tiny):
@@ -88,24 +90,26 @@ def _recomputed(engine, tokens, blocks, position, token):
 
 
 def test_merges_fill_masks_the_destination_accepts(tiny, monkeypatch):
-    """Every merge fills a masked position of the destination's current block with a token
-    another branch holds there, and the destination's own probability of it, recomputed without
-    any cache from its inputs at that step's forward, exceeds merge_threshold."""
+    """Every merge fills a masked position of the destination's current block with a token that a
+    compatible branch strictly behind it proposed there (probability above the proposal cut in
+    its own forward), and the destination's own probability of it, recomputed without any cache
+    from its inputs at that step's forward, exceeds merge_threshold."""
     inputs, checked = {}, []
     forward, merge = tiny._forward_rows, tiny._merge
 
-    def spy_forward(rows, spans, *args):
-        for br in rows:
+    def spy_forward(branches, steps, rows):
+        for br in branches:
             inputs[id(br)] = (br.tokens[: br.end], br.blocks[: br.end])
-        return forward(rows, spans, *args)
+        return forward(branches, steps, rows)
 
-    def spy_merge(req, ratings, first_row, cfg):
-        before = [(list(br.tokens), br.start, br.end) for br in req.branches]
-        merged = merge(req, ratings, first_row, cfg)
+    def spy_merge(req, probs, index, first_row, cfg):
+        before = [(list(br.tokens), br.start, br.end, tiny._decoded(br), dict(br.proposals)) for br in req.branches]
+        merged = merge(req, probs, index, first_row, cfg)
         for d, p, t, prob in merged:
-            tokens, start, end = before[d]
+            tokens, start, end, decoded, _ = before[d]
             assert tokens[p] == tiny.mask_id and start <= p < end
-            assert t in {other[0][p] for b, other in enumerate(before) if b != d}
+            behind = [b for b, other in enumerate(before) if other[3] < decoded]
+            assert any(t in before[b][4].get(p, ()) for b in behind)
             assert prob > cfg.merge_threshold
             assert _recomputed(tiny, *inputs[id(req.branches[d])], p, t) == pytest.approx(prob, abs=1e-6)
             checked.append(prob)
@@ -117,28 +121,33 @@ def test_merges_fill_masks_the_destination_accepts(tiny, monkeypatch):
     assert checked
 
 
-def _branch(tokens, start, end, size=4):
-    return Branch(size, list(tokens), [p // size * size for p in range(len(tokens))], start, end, 0, 2, len(tokens))
+def _branch(tokens, start, end, proposals=None, size=4):
+    br = Branch(size, list(tokens), [p // size * size for p in range(len(tokens))], start, end, 0, 2, len(tokens))
+    br.proposals = proposals or {}
+    return br
 
 
 @pytest.mark.parametrize("gate, expected", [(0.5, [(0, 3, 6, 0.95)]), (0.95, [])])
-def test_merge_rule_compatible_sources_destination_gate(tiny, gate, expected):
+def test_merge_rule_proposals_from_behind_destination_gate(tiny, gate, expected):
     """The rule on hand-made branches (M = MASK, prompt = the first two positions, current blocks
-    [2, 6)): the destination takes, among the tokens compatible branches hold, the one it rates
-    highest, only strictly above the gate; a branch it now contradicts offers nothing more."""
+    [2, 6)): the destination takes, among the proposals of the compatible branches strictly behind
+    it, the token it rates highest, only strictly above the gate. A branch level with it, one
+    ahead of it and one that clashes with it offer nothing."""
     M = tiny.mask_id
-    dst = _branch([9, 9, 5, M, M, M], 2, 6)
-    agree = _branch([9, 9, 5, 7, 8, M], 2, 6)  # compatible: offers 7 at 3, 8 at 4
-    rival = _branch([9, 9, M, 6, M, M], 2, 6)  # compatible: offers 6 at 3
-    clash = _branch([9, 9, 6, 4, M, 4], 2, 6)  # holds 6 where dst holds 5: offers nothing
-    req = Request(prompt=PROMPTS[0], branches=[dst, agree, rival, clash])
+    dst = _branch([9, 9, 5, M, M, 3], 2, 6)  # 2 decoded answer positions
+    behind = _branch([9, 9, M, M, M, M], 2, 6, {3: [6, 7], 4: [8]})  # 0 decoded, compatible
+    level = _branch([9, 9, 5, M, M, 3], 2, 6, {3: [4]})  # 2 decoded: not behind
+    clash = _branch([9, 9, 6, M, M, M], 2, 6, {3: [4]})  # behind, but holds 6 where dst holds 5
+    ahead = _branch([9, 9, 5, 7, 8, 4], 2, 6, {})  # 4 decoded: ahead, and complete
+    req = Request(prompt=PROMPTS[0], branches=[dst, behind, level, clash, ahead])
     cfg = BatchConfig.from_params({"merge_threshold": gate})
-    ratings = {(r, p, t): 0.0 for r in (1, 2, 3) for p in range(6) for t in (4, 5, 6, 7, 8)}
-    ratings.update({(0, 3, 7): 0.9, (0, 3, 6): 0.95, (0, 4, 8): 0.7, (0, 3, 4): 0.99, (0, 5, 4): 0.99})
-    merged = tiny._merge(req, ratings, 0, cfg)
-    assert merged == expected  # once dst holds 6 at 3, agree (7 there) no longer offers its 8 at 4
-    assert dst.tokens == [9, 9, 5, expected[0][2] if expected else M, M, M]
-    assert [br.tokens for br in (agree, rival, clash)] == [[9, 9, 5, 7, 8, M], [9, 9, M, 6, M, M], [9, 9, 6, 4, M, 4]]
+    probs = torch.zeros(2, tiny.model.config.vocab_size, dtype=torch.float64)
+    probs[0, 7], probs[0, 6], probs[0, 4] = 0.9, 0.95, 0.99  # dst's own probabilities at 3
+    probs[1, 8] = 0.4  # at 4: below every gate
+    merged = tiny._merge(req, probs, {(0, 3): 0, (0, 4): 1}, 0, cfg)
+    assert merged == expected  # behind offers 6 and 7 at 3; dst rates 6 highest; 4 (0.99) is never offered
+    assert dst.tokens == [9, 9, 5, expected[0][2] if expected else M, M, 3]
+    assert behind.tokens == [9, 9, M, M, M, M]
 
 
 def test_sync_follower_state_equals_leader(tiny, monkeypatch):
@@ -146,15 +155,15 @@ def test_sync_follower_state_equals_leader(tiny, monkeypatch):
     (K/V, positions, validity) equal the leader's."""
     sync, pairs = tiny._sync, []
 
-    def spy_sync(req, first_row, cache, k_pos, k_valid, cfg):
-        synced = sync(req, first_row, cache, k_pos, k_valid, cfg)
+    def spy_sync(req, first_row, rows, cfg):
+        synced = sync(req, first_row, rows, cfg)
         for f, lead in synced:
             a, b = req.branches[f], req.branches[lead]
             assert (a.tokens, a.blocks, a.start, a.end, a.cached) == (b.tokens, b.blocks, b.start, b.end, b.cached)
             rf, rl = first_row + f, first_row + lead
-            assert torch.equal(k_pos[rf], k_pos[rl]) and torch.equal(k_valid[rf], k_valid[rl])
-            assert all(torch.equal(layer.keys[rf], layer.keys[rl]) for layer in cache.layers)
-            assert all(torch.equal(layer.values[rf], layer.values[rl]) for layer in cache.layers)
+            assert torch.equal(rows.pos[rf], rows.pos[rl]) and torch.equal(rows.valid[rf], rows.valid[rl])
+            assert all(torch.equal(layer.keys[rf], layer.keys[rl]) for layer in rows.cache.layers)
+            assert all(torch.equal(layer.values[rf], layer.values[rl]) for layer in rows.cache.layers)
             pairs.append((f, lead))
         return synced
 
@@ -163,31 +172,31 @@ def test_sync_follower_state_equals_leader(tiny, monkeypatch):
     assert pairs
 
 
-def test_winner_first_finished_branch_blocks_on_own_grid(tiny, monkeypatch):
-    """The output is the first branch (in block_sizes order) that finished, checked on the final
-    states; every block a branch opens ends on its own grid (after a sync too)."""
-    advance, generation, checked = tiny._advance, tiny._generation, []
+def test_winner_best_eos_probability_blocks_on_own_grid(tiny, monkeypatch):
+    """The run ends when a branch's fully decoded block holds an EOS (or it reached the limit):
+    among the branches ending with an EOS, the one that gave its EOS the highest probability wins;
+    every block a branch opens ends on its own grid (after a sync too)."""
+    admit, end, checked = tiny.admit, tiny._end, []
 
-    def spy_advance(br):
-        start = br.start
-        advance(br)
-        assert br.start == start or br.end % br.size == 0
+    def spy_admit(br, cfg):
+        opened = admit(br, cfg)
+        assert not opened or br.end % br.size == 0
+        return opened
 
-    def finished(br):
-        answer = br.tokens[br.prompt_len : br.limit]
-        eos = [i for i, t in enumerate(answer) if t in tiny.eos_ids]
-        return tiny.mask_id not in answer[: eos[0] if eos else len(answer)]
+    def spy_end(req, cfg):
+        end(req, cfg)
+        ended = [br for br in req.branches if br.result is not None]
+        if req.winner is not None:
+            eos = [br for br in ended if br.finish_reason == "eos"]
+            if eos:
+                assert req.winner.eos_prob == max(br.eos_prob for br in eos) and 0 < req.winner.eos_prob <= 1
+                assert tiny.mask_id not in req.winner.tokens[req.winner.prompt_len : req.winner.start]
+            checked.append(len(ended))
 
-    def spy_generation(req, cfg):
-        first = next(br for br in req.branches if finished(br))
-        assert req.winner is first
-        checked.append(sum(map(finished, req.branches)))
-        return generation(req, cfg)
-
-    monkeypatch.setattr(tiny, "_advance", spy_advance)
-    monkeypatch.setattr(tiny, "_generation", spy_generation)
+    monkeypatch.setattr(tiny, "admit", spy_admit)
+    monkeypatch.setattr(tiny, "_end", spy_end)
     tiny.generate(PROMPTS, BRANCHY)
-    assert max(checked) > 1  # branches finishing in the same step
+    assert len(checked) == len(PROMPTS) and max(checked) > 1  # branches ending in the same step
 
 
 @pytest.mark.parametrize("config", [BRANCHY, {**BRANCHY, "refresh_interval": 4}])
@@ -248,6 +257,7 @@ def test_deterministic_and_protocol(tiny):
         ({"refresh_interval": 1.5}, "refresh_interval: expected int >= 0, got 1.5"),
         ({"max_new_tokens": 0}, "max_new_tokens: expected int >= 1"),
         ({"merge_threshold": "high"}, "merge_threshold: expected a number >= 0"),
+        ({"proposal_threshold": -1}, "proposal_threshold: expected a number >= 0, got -1"),
         ({"accept_threshold": -0.1}, "accept_threshold: expected a number >= 0"),
     ],
 )

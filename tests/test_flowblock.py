@@ -10,26 +10,23 @@ from pathlib import Path
 import pytest
 
 from pytest_redline.engines.base import Engine
-from pytest_redline.engines.block_diffusion import BlockDiffusionEngine, DecodeConfig
+from pytest_redline.engines.block_diffusion import DecodeConfig
 from pytest_redline.engines.flowblock import DEFAULTS, FlowBlockEngine, FlowConfig
 from pytest_redline import registry
 from pytest_redline.grid import load_grid
 from pytest_redline.suites.arithmetic import ArithmeticSuite
 
+import reference_decoders
+
 PROMPTS = ArithmeticSuite(n=6, seed=11).prompts()
 SHORT = {"max_new_tokens": 20}
-NO_EDITS = [{"max_edit_steps": 0}, {"edit_threshold": 1.5}]
+NO_EDITS = [{"edit_threshold": 1.0}, {"edit_threshold": 1.5, "max_post_steps": 0}]
 GRID = Path(__file__).resolve().parent.parent / "grids" / "flowblock.yaml"
 
 
 @pytest.fixture(scope="module")
 def tiny(tiny_folder):
     return FlowBlockEngine(model=tiny_folder, device="cpu", dtype="float64")
-
-
-@pytest.fixture(scope="module")
-def tiny_multi(tiny_folder):
-    return BlockDiffusionEngine(model=tiny_folder, device="cpu", dtype="float64")
 
 
 @pytest.fixture(scope="module")
@@ -43,27 +40,54 @@ def _key(gens):
 
 @pytest.mark.parametrize("no_edit", NO_EDITS)
 @pytest.mark.parametrize("accept, block_size", [(0.6, 8), (0.9, 4), (1.5, 8)])
-def test_equivalent_window_one_multi_block_buffer_one(tiny, tiny_multi, no_edit, accept, block_size):
-    """Window 1 without editing is single-block threshold decoding: text, tokens, forwards, FLOPs."""
-    common = {"accept_threshold": accept, "block_size": block_size, **SHORT}
-    flow = tiny.generate(PROMPTS, {"window": 1, **no_edit, **common})
-    multi = tiny_multi.generate(PROMPTS, {"buffer_size": 1, **common})
-    assert [(g.text, g.tokens, g.forwards, g.extra["flops"]) for g in flow] == [
-        (g.text, g.tokens, g.forwards, g.extra["flops"]) for g in multi
-    ]
+def test_equivalent_window_one_llada20(tiny, no_edit, accept, block_size):
+    """Window 1 without editing is LLaDA2.0 (threshold, top-1 fallback, no check forward), against
+    an uncached float64 decoder written from engines.md: text, tokens, forwards."""
+    gens = tiny.generate(PROMPTS, {"window": 1, "accept_threshold": accept, "block_size": block_size, **no_edit, **SHORT})
+    for prompt, gen in zip(PROMPTS, gens):
+        ids = tiny.tokenizer(prompt.text).input_ids
+        out, forwards = reference_decoders.single_block(tiny, ids, block_size, accept, SHORT["max_new_tokens"])
+        assert (gen.text, gen.tokens, gen.forwards) == (_text(tiny, out), len(out), forwards)
+
+
+LLADA21 = [  # (accept, edit, max_post_steps, block): oscillating edits at a low edit threshold, caps 16 / 3 / 0
+    (0.7, 0.5, 16, 8),
+    (0.9, 0.6, 3, 4),
+    (0.5, 0.4, 0, 8),
+    (0.95, 0.9, 16, 4),
+]
+
+
+@pytest.mark.parametrize("accept, edit, post, block_size", LLADA21)
+def test_equivalent_window_one_editing_llada21(tiny, accept, edit, post, block_size):
+    """Window 1 with editing is LLaDA2.1 (M2T threshold with top-1 fallback, T2T edits in every
+    step, at most max_post_steps check forwards per block), against an uncached float64 decoder
+    written from engines.md: text, tokens, forwards; edits happen."""
+    config = {"window": 1, "accept_threshold": accept, "edit_threshold": edit, "max_post_steps": post,
+              "block_size": block_size, **SHORT}
+    gens = tiny.generate(PROMPTS, config)
+    for prompt, gen in zip(PROMPTS, gens):
+        ids = tiny.tokenizer(prompt.text).input_ids
+        out, forwards = reference_decoders.llada21(tiny, ids, block_size, accept, edit, post, SHORT["max_new_tokens"])
+        assert (gen.text, gen.tokens, gen.forwards) == (_text(tiny, out), len(out), forwards)
+    assert sum(g.extra["edits"] for g in gens) > 0
+
+
+def _text(engine, out):
+    return engine.tokenizer.decode([t for t in out if t not in engine.eos_ids])
 
 
 @pytest.mark.parametrize("window", [2, 4])
 @pytest.mark.parametrize("accept", [0.5, 0.8])
 def test_equivalent_gate_one_serial(tiny, window, accept):
     """Gate at 1 and no editing: a block starts only once its predecessor is final (serial)."""
-    config = {"spawn_threshold": 1.0, "max_edit_steps": 0, "accept_threshold": accept, **SHORT}
+    config = {"spawn_threshold": 1.0, "edit_threshold": 1.0, "accept_threshold": accept, **SHORT}
     assert _key(tiny.generate(PROMPTS, {**config, "window": window})) == _key(tiny.generate(PROMPTS, {**config, "window": 1}))
 
 
 WAVEFRONT = [  # blocks in flight together, and edits, on the tiny model
     {"window": 2, "spawn_threshold": 0.5, "accept_threshold": 0.7, "edit_threshold": 0.5},
-    {"window": 3, "spawn_threshold": 0.3, "accept_threshold": 0.5, "edit_threshold": 0.6, "max_edit_steps": 3, "block_size": 4},
+    {"window": 3, "spawn_threshold": 0.3, "accept_threshold": 0.5, "edit_threshold": 0.6, "max_post_steps": 3, "block_size": 4},
 ]
 
 
@@ -84,8 +108,8 @@ def test_equivalent_batched_and_alone(tiny, config):
 REAL = ArithmeticSuite(n=16, seed=5).prompts()
 REAL_CONFIGS = [
     {},
-    {"window": 2, "spawn_threshold": 0.9, "accept_threshold": 0.9, "max_edit_steps": 0},
-    {"window": 2, "spawn_threshold": 0.0, "accept_threshold": 0.8, "edit_threshold": 0.5, "max_edit_steps": 3},
+    {"window": 2, "spawn_threshold": 0.9, "accept_threshold": 0.9, "edit_threshold": 1.0},
+    {"window": 2, "spawn_threshold": 0.0, "accept_threshold": 0.8, "edit_threshold": 0.5, "max_post_steps": 3},
 ]
 
 
@@ -159,34 +183,34 @@ def test_readiness_share_of_frontier_masks_committed(embedded, real_decode):
                 assert commits == (frontier == active[0])
 
 
-def test_scheduler_laws_gate_window_budget_progress(embedded, real_decode):
+def test_scheduler_laws_gate_window_post_cap_progress(embedded, real_decode):
     """At most `window` blocks; a block is admitted only after the frontier's readiness reached the
-    gate; a block is edited in at most `max_edit_steps` steps; every step but a request's last
-    commits, edits or retires something; a block retires, and a request finishes, only when settled."""
+    gate; a head gets at most `max_post_steps` check forwards (forwards that saw it complete);
+    every step but a request's last commits, edits or retires something; a block retires only
+    when stable (editing off, a check forward changed nothing in it or before it, or the cap)."""
     config, gens, trace = real_decode
-    size = config["block_size"]
-    editing = config["max_edit_steps"] > 0 and config["edit_threshold"] < 1
+    size, mask = config["block_size"], embedded.mask_id
+    editing = config["edit_threshold"] < 1
     steps_of = _steps_by_prompt(trace)
     for prompt, gen in zip(REAL, gens):
-        steps, edit_steps = steps_of[prompt.id], {}
-        for before, step in zip([None] + steps, steps):
+        steps, checks, heads = steps_of[prompt.id], {}, {}
+        _, states = _replay(embedded, prompt, steps, config)
+        for before, step, state in zip([None] + steps, steps, states):
             assert len(step["in_flight"]) <= config["window"]
             if before and before["in_flight"]:
                 admitted = [b for b, _ in step["in_flight"] if b > before["in_flight"][-1][0]]
                 assert not admitted or before["readiness"] >= config["spawn_threshold"]
-            for block in {p // size for p, _ in step["edited"]}:
-                edit_steps[block] = edit_steps.get(block, 0) + 1
-                assert edit_steps[block] <= config["max_edit_steps"]
+            active = [b for b in step["computed"] if b * size >= step["stored"][1]]
+            complete = {b for b in active if mask not in state[b * size : (b + 1) * size]}
+            for b in complete:
+                checks[b] = checks.get(b, 0) + 1
+            if active and active[0] in complete:  # the head: at most the cap (blocks behind it wait)
+                heads[active[0]] = heads.get(active[0], 0) + 1
+                assert heads[active[0]] <= config["max_post_steps"] or not editing
             assert step["committed"] or step["edited"] or step["became_final"] or step is steps[-1]
-            # settled: retired, out of edit budget, or unchanged this step with every block before it
-            changed = min((p // size for p, _ in step["committed"] + step["edited"]), default=None)
-            unsettled = [] if not editing or changed is None else [
-                b for b, _ in step["in_flight"] + [(b, 1.0) for b in step["became_final"]]
-                if b >= changed and edit_steps.get(b, 0) < config["max_edit_steps"]
-            ]
-            assert not set(step["became_final"]) & set(unsettled)
-        end = len(embedded.tokenizer(prompt.text).input_ids) + gen.tokens - 1  # the output's last position
-        assert all(b > end // size for b in unsettled)
+            changed = min((p // size for p, _ in step["committed"] + step["edited"]), default=float("inf"))
+            for b in step["became_final"]:
+                assert not editing or (b in complete and changed > b) or checks.get(b, 0) >= config["max_post_steps"]
     assert sum(g.forwards for g in gens) == len(trace)
 
 
@@ -229,7 +253,7 @@ def test_valid_example_grid():
     [
         ({"buffer_size": 2}, "flowblock: unknown config key 'buffer_size'; known keys: block_size, window"),
         ({"window": 0}, "flowblock: window: expected int >= 1, got 0"),
-        ({"max_edit_steps": -1}, "max_edit_steps: expected int >= 0, got -1"),
+        ({"max_post_steps": -1}, "max_post_steps: expected int >= 0, got -1"),
         ({"spawn_threshold": "high"}, "spawn_threshold: expected a number >= 0"),
         ({"use_cache": 1}, "use_cache: expected true or false"),
     ],
