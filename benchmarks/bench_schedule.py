@@ -3,6 +3,7 @@
     python benchmarks/bench_schedule.py               # both parts
     python benchmarks/bench_schedule.py --published   # the paper's block-diffusion grids, replayed (about a minute)
     python benchmarks/bench_schedule.py --embedded    # redline.yaml, decoded by the embedded model (minutes on a CPU)
+    python benchmarks/bench_schedule.py --live        # the published grids served live: deployment agrees? (seconds)
 
 Every figure comes from the gate itself: ``pytest --redline-alpha=...`` runs in a subprocess
 and the numbers are read from its JSON report.
@@ -11,7 +12,14 @@ and the numbers are read from its JSON report.
    each grid is replayed once scheduled and once with ``--redline-full``. Printed per grid:
    whether the valid sets and the deployed config agree, and the forwards the scheduled run
    spent against the full grid's (exact: replay knows every prompt's forwards).
-2. **Embedded grid** (``redline.yaml``): a cold scheduled run against a cold ``--redline-full``
+2. **Published grids served live** (``--live``; alpha 0.02 .. 0.30, seeds 0..4, batches of
+   16): what a live scheduled run decodes, computed in process by the gate's own functions
+   (``Schedule.run``, ``schedule.contenders``, ``verdict.certify_scheduled``) on each table,
+   as the ``table`` engine of the tests serves it. Printed per grid: how often the deployed
+   config equals the full run's, before the fix (costs on the prompts each config ran on)
+   and after it (valid candidates decoded on the prompts they skipped), and the forwards
+   spent against the full grid's, before and after.
+3. **Embedded grid** (``redline.yaml``): a cold scheduled run against a cold ``--redline-full``
    run (forwards and wall time, each in a fresh store); a rerun with nothing changed (it
    must decode nothing); and a rerun after one candidate's parameters change (it must
    decode only that candidate).
@@ -84,6 +92,57 @@ def published(args: argparse.Namespace, work: Path) -> None:
               f"{spend['naive_forwards']:>10,.0f} {spend['ratio']:>5.2f}x  {spend['items_run']:>5}/{spend['items']:<5}")
 
 
+LIVE_ALPHAS = (0.02, 0.05, 0.10, 0.15, 0.20, 0.25, 0.30)
+LIVE_SEEDS = range(5)
+
+
+def live(args: argparse.Namespace) -> None:
+    import numpy as np
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from published import published_table
+
+    from pytest_redline import risk
+    from pytest_redline.schedule import Schedule, StopRule, contenders
+    from pytest_redline.verdict import certify_scheduled, costs_on
+
+    runs = len(LIVE_ALPHAS) * len(LIVE_SEEDS)
+    print(f"\n== published grids served live (deterministic table engine): alpha {LIVE_ALPHAS[0]}..{LIVE_ALPHAS[-1]}, "
+          f"seeds 0..{LIVE_SEEDS[-1]}, batches of 16, delta 0.10: {runs} runs per grid")
+    print(f"{'grid':<12} {'n':>5} {'m':>2}  {'deployment agrees':>17} {'(before fix)':>12}  "
+          f"{'forwards':>8} {'(before fix)':>12}  {'contenders decoded':>18}")
+    for name in PUBLISHED:
+        table, cost, reference = published_table(name)
+        order = [table.index(reference)] + [i for i in range(table.m) if table.configs[i] != reference]
+        table = table.select([table.configs[i] for i in order])  # the reference in row 0
+        m, n = table.m, table.n
+        agree = agree_before = extra = 0
+        ratio, ratio_before = [], []
+        for alpha in LIVE_ALPHAS:
+            full = risk.certify(table.correct, table.cost(cost), 0, alpha, 0.10)
+            rule = StopRule.of(n, alpha, 0.10, m, "holm")
+            for seed in LIVE_SEEDS:
+                schedule = Schedule(n, 16, seed, rule)
+                ran = np.zeros((m, n), dtype=bool)
+                ran[0] = True
+                scheduled = [None]
+                for i in range(1, m):
+                    scheduled.append(schedule.run(table.correct[0], lambda b: {j: bool(table.correct[i, j]) for j in b}))
+                    ran[i, list(scheduled[i].ran)] = True
+                before = ran.copy()
+                chosen = contenders(scheduled, 0, n, alpha, 0.10, "holm")
+                ran[list(chosen)] = True
+                extra += len(chosen)
+                stops = [None if r is None else r.stop for r in scheduled]
+                after = certify_scheduled(table.correct, ran, stops, costs_on(table, ran, cost), 0, rule, alpha, 0.10)
+                agree += after.result.deployed_index == full.deployed_index
+                agree_before += int(risk.select_deployed(full.valid, costs_on(table, before, cost), 0)) == full.deployed_index
+                ratio.append(table.forwards[ran].sum() / table.forwards.sum())
+                ratio_before.append(table.forwards[before].sum() / table.forwards.sum())
+        print(f"{name:<12} {n:>5} {m:>2}  {agree:>10}/{runs:<6} {agree_before:>7}/{runs:<4}  "
+              f"{np.mean(ratio):>7.2f}x {np.mean(ratio_before):>11.2f}x  {extra / runs:>12.1f} per run")
+
+
 def changed_copy(grid_path: Path, work: Path) -> tuple[Path, str]:
     """A copy of the grid with one candidate's parameters changed (paths made absolute)."""
     grid = yaml.safe_load(grid_path.read_text())
@@ -134,17 +193,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--published", action="store_true", help="only the published grids")
     parser.add_argument("--embedded", action="store_true", help="only the embedded grid")
+    parser.add_argument("--live", action="store_true", help="only the published grids served live")
     parser.add_argument("--grid", default=str(ROOT / "redline.yaml"), help="the embedded grid (default redline.yaml)")
     parser.add_argument("--alpha", type=float, default=0.10)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     sys.stdout.reconfigure(line_buffering=True)
-    both = not (args.published or args.embedded)
+    both = not (args.published or args.embedded or args.live)
     print(f"{platform.platform()}, {os.cpu_count()} CPUs, Python {platform.python_version()}")
     with tempfile.TemporaryDirectory(prefix="bench-schedule-") as folder:
         if args.published or both:
             published(args, Path(folder))
+        if args.live or both:
+            live(args)
         if args.embedded or both:
             embedded(args, Path(folder))
 
