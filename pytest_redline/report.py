@@ -113,11 +113,12 @@ def schedule_lines(v: GridVerdict) -> list[str]:
 
 
 def _decode_line(v: GridVerdict) -> str:
-    """Decoding time per config: pytest's durations and timeouts charge it all to the first
-    item that asks for the config (docs/gate.md), so this is where it is told honestly."""
+    """Decoding time per config. pytest's durations and timeouts charge it to the items that
+    trigger decoding (docs/gate.md): the reference's first item, then the first candidate
+    item, which runs every candidate's schedule (a full run: each config's first item)."""
     seconds = v.spend.config_seconds
     shown = ", ".join(f"{name} {seconds[name]:.1f} s" for name in v.cal.configs if name in seconds)
-    return f"decoding per config: {shown} (pytest charges each config's decoding to its first item run)"
+    return f"decoding per config: {shown} (pytest's durations charge it to the items that trigger it: docs/gate.md)"
 
 
 def _spend_line(spend: Any) -> str:

@@ -7,8 +7,8 @@ schedules, not caches. The naive figure is exact when every cell's forwards are 
 full run, or a replayed grid, whose skipped items carry their recorded outcomes); else each
 config's skipped cells are estimated at its mean forwards per prompt run. Wall time is the
 time spent in ``engine.generate`` in this session, per config and in all; the naive time is
-estimated from it in proportion to forwards. pytest charges each config's decoding to the
-item that first asks for it (docs/gate.md), so the per-config seconds are the honest figure.
+estimated from it in proportion to forwards. pytest charges decoding to the few items that
+trigger it (docs/gate.md), so the per-config seconds are the honest figure.
 """
 from __future__ import annotations
 
