@@ -11,25 +11,15 @@ import pytest
 import redline_fakes
 from redline_fakes import Project
 
-from pytest_redline.calibration import Level, prepare
-from pytest_redline.decode import Batch, Decoder
-from pytest_redline.enginebook import EngineBook
+from test_plugin_decode import GRID as FAKE
+from test_plugin_decode import decoder
+
+from pytest_redline.decode import Batch
 from pytest_redline.grid import GridError, parse_grid
 from pytest_redline.store import FILENAME, OutcomeStore
 
 pytest_plugins = ["pytester"]
 
-FAKE = """\
-suite: fake
-suite_args: {n: 40}
-engine: fake
-engine_args: {log_path: calls.jsonl}
-reference: ref
-batch_size: 16
-configs:
-  ref: {forwards: 10}
-  fast: {forwards: 5, wrong: [q3]}
-"""
 GSM8K = """\
 suite: gsm8k
 suite_args: {count: 40}
@@ -84,13 +74,6 @@ def folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
-def decoder(folder: Path, text: str, session: str) -> Decoder:
-    grid = parse_grid(text, folder / "redline.yaml")
-    engines = EngineBook()
-    cal = prepare(grid, "redline.yaml", Level(0.3, 0.1, 1, "holm", None), engines)
-    return Decoder(cal, OutcomeStore.open(folder / ".redline"), engines, session)
-
-
 def decoded(folder: Path) -> int:
     log = folder / "calls.jsonl"
     return len(log.read_text().splitlines()) if log.exists() else 0
@@ -104,7 +87,7 @@ def everything(d: Decoder) -> list:
 
 def seen_stops(folder: Path, text: str) -> tuple[set, list[str]]:
     (folder / "stops.jsonl").unlink(missing_ok=True)
-    d = decoder(folder, text, "s")
+    d = decoder(folder, text, session="s")
     assert all(o.correct and o.rule == "last number" for o in everything(d))
     seen = {tuple(stop) for line in (folder / "stops.jsonl").read_text().splitlines() for stop in json.loads(line)}
     return seen, d._keys("ref", Batch(1, (0,)))
@@ -126,21 +109,21 @@ def test_rejected_bad_engine_stops_grid(tmp_path: Path) -> None:
 # --- re-score, don't re-decode ---------------------------------------------------------------
 
 def test_rescored_not_decoded_when_only_scoring_changes(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    first = everything(decoder(folder, FAKE, "s1"))
+    first = everything(decoder(folder, FAKE, session="s1"))
     assert sum(not o.correct for o in first) == 1 and decoded(folder) == 6
     monkeypatch.setattr(redline_fakes.FakeSuite, "version", "2", raising=False)
     monkeypatch.setattr(redline_fakes.FakeSuite, "score", lambda self, prompt, text: text == "wrong")
-    second = decoder(folder, FAKE, "s2")
+    second = decoder(folder, FAKE, session="s2")
     again = everything(second)
     assert decoded(folder) == 6  # nothing decoded
     assert second.rescored == 80 and sum(o.correct for o in again) == 1
     assert [o.text for o in again] == [o.text for o in first] and {o.session for o in again} == {"s1"}
-    third = decoder(folder, FAKE, "s3")
+    third = decoder(folder, FAKE, session="s3")
     assert [o.correct for o in everything(third)] == [o.correct for o in again] and third.rescored == 0  # updated in the store
 
 
 def test_warm_store_written_before_scoring_left_the_key(folder: Path) -> None:
-    d = decoder(folder, FAKE, "s1")
+    d = decoder(folder, FAKE, session="s1")
     first = everything(d)
     batches = [Batch(b + 1, tuple(range(16 * b, min(40, 16 * (b + 1))))) for b in range(3)]
     with sqlite3.connect(folder / ".redline" / FILENAME) as con:  # the rows as an older store has them
@@ -148,7 +131,7 @@ def test_warm_store_written_before_scoring_left_the_key(folder: Path) -> None:
             for batch in batches:
                 for new, old in zip(d._keys(config, batch), d._keys(config, batch, legacy=True)):
                     con.execute("UPDATE outcomes SET key = ?, rule = '', scoring = '' WHERE key = ?", (old, new))
-    second = decoder(folder, FAKE, "s2")
+    second = decoder(folder, FAKE, session="s2")
     assert [o.correct for o in everything(second)] == [o.correct for o in first] and decoded(folder) == 6
     assert second.rescored == 80
 
