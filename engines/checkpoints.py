@@ -99,13 +99,13 @@ class Checkpoint:
             "llada": "LlamaForCausalLM (stock, LLaDA names mapped) + full attention",
         }.get(self.family, "AutoModelForCausalLM")
 
-    def describe(self) -> dict[str, str]:
-        """The declared values, for the engines' ``describe()`` (outcome key and JSON report)."""
+    def describe(self) -> dict[str, Any]:
+        """The declared values, for the engines' ``describe()`` (outcome key) and the JSON report."""
         return {
             "family": self.family,
             "loader": self.loader,
-            "declared_block_size": str(self.block_size),
-            "mask_token_id": str(self.mask_token_id),
+            "declared_block_size": self.block_size,
+            "mask_token_id": self.mask_token_id,
             "mask_token_source": self.mask_source,
             "chat_template": self.chat_template or "none",
         }

@@ -1,0 +1,167 @@
+"""Published checkpoint folders: family detection, declared values, refusals (exit 4), and gates.
+
+- Detection and the declared values are read model-free, from the published SDAR-4B-Chat folder
+  itself (../shared/reference/peers) and from config dictionaries.
+- A bad checkpoint (a typo'd path, LLaDA2, a missing mask token, an unusable block size) is a
+  usage error (exit 4) before any model loads, naming the file and the field.
+- The repository's grids/sdar.yaml, dream.yaml and llada.yaml gate a tiny folder in the published
+  layout (built by benchmarks/make_tiny_checkpoints.py in a temporary folder) with exit 0; the
+  JSON report shows the block size and mask id read from the checkpoint, and the duplicate of the
+  reference, decoded again, has V = 0.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+import peers
+from pytest_redline.engines import checkpoints
+
+torch = pytest.importorskip("torch")  # imported before pytester's in-process runs snapshot sys.modules
+
+pytest_plugins = ["pytester"]
+ROOT = Path(__file__).resolve().parent.parent
+SDAR = peers.PEERS / "sdar" / "SDAR-4B-Chat"
+
+
+@pytest.mark.parametrize(
+    ("config", "family"),
+    [
+        ({"model_type": "sdar", "architectures": ["SDARForCausalLM"]}, "sdar"),
+        ({"model_type": "Dream", "architectures": ["DreamModel"]}, "dream"),
+        ({"model_type": "llada", "architectures": ["LLaDAModelLM"]}, "llada"),
+        ({"model_type": "llada2_moe", "architectures": ["LLaDA2MoeModelLM"]}, "llada2"),
+        ({"architectures": ["LLaDA2MoeModelLM"]}, "llada2"),
+        ({"model_type": "llama", "architectures": ["LlamaForCausalLM"]}, "native"),
+        ({}, "native"),
+    ],
+)
+def test_detect_family(config, family):
+    assert checkpoints.detect(config) == family
+
+
+def test_declared_values_published_sdar_folder():
+    peers.need_peers()
+    checkpoint = checkpoints.inspect(SDAR)
+    assert (checkpoint.family, checkpoint.block_size, checkpoint.mask_token_id) == ("sdar", 4, 151669)
+    assert checkpoint.mask_source == "config.json:mask_token_id"
+    assert checkpoint.chat_template is not None
+    assert checkpoints.inspect(SDAR, mask_token_id=7).mask_token_id == 7  # engine_args.mask_token_id wins
+
+
+def test_declared_mask_from_tokenizer_when_config_has_none(tmp_path):
+    peers.need_peers()
+    shutil.copytree(SDAR, tmp_path / "sdar")
+    _edit(tmp_path / "sdar", drop="mask_token_id")
+    checkpoint = checkpoints.inspect(tmp_path / "sdar")
+    assert (checkpoint.mask_token_id, checkpoint.mask_source) == (151669, "tokenizer:mask_token")
+
+
+def _edit(folder: Path, drop: str | None = None, **changes) -> Path:
+    config = json.loads((folder / "config.json").read_text())
+    config.pop(drop, None)
+    config.update(changes)
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+def _llada_config(folder: Path, **changes) -> Path:
+    """A config.json-only LLaDA folder (enough for the model-free checks)."""
+    folder.mkdir(parents=True)
+    config = {"model_type": "llada", "architectures": ["LLaDAModelLM"], "d_model": 32, "n_layers": 2, "n_heads": 2,
+              "block_type": "llama", "mask_token_id": 1, "vocab_size": 96, "embedding_size": 96}
+    (folder / "config.json").write_text(json.dumps({**config, **changes}))
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("make", "patterns"),
+    [
+        pytest.param(lambda d: d / "SDAR-4B-Chta", ["*bad.yaml: engine_args.model: expected an existing file or folder*SDAR-4B-Chta*"], id="typo"),
+        pytest.param(lambda d: (d / "models").mkdir() or d / "models",
+                     ["*bad.yaml: engine_args: *models/config.json: engine_args.model: expected a checkpoint folder with config.json*"], id="no-config"),
+        pytest.param(lambda d: _llada_config(d / "llada2", model_type="llada2_moe", architectures=["LLaDA2MoeModelLM"]),
+                     ["*bad.yaml: engine_args: *llada2/config.json: model_type: 'llada2_moe': LLaDA2 (BailingMoeV2 MoE) has no stock class*"], id="llada2"),
+        pytest.param(lambda d: _llada_config(d / "nomask", mask_token_id=None),
+                     ["*bad.yaml: engine_args: *nomask/config.json: mask_token_id: missing*"], id="missing-mask"),
+        pytest.param(lambda d: _llada_config(d / "bs", block_size=0),
+                     ["*bad.yaml: engine_args: *bs/config.json: block_size: expected an int >= 1*got 0*"], id="block-size"),
+        pytest.param(lambda d: _llada_config(d / "gelu", activation_type="gelu"),
+                     ["*bad.yaml: engine_args: *gelu/config.json: activation_type: the stock Llama mapping supports 'silu', got 'gelu'*"], id="llada-unsupported"),
+    ],
+)
+def test_usage_error_bad_checkpoint(pytester, run_gate, make, patterns):
+    folder = make(pytester.path)
+    pytester.makefile(".yaml", bad=yaml.safe_dump({
+        "name": "bad", "suite": "arithmetic", "suite_args": {"n": 40}, "engine": "block_diffusion",
+        "engine_args": {"model": str(folder)}, "cost": "tpf", "reference": "a",
+        "configs": {"a": {"max_new_tokens": 4}, "b": {"max_new_tokens": 4, "engine": "blockbatch", "engine_args": {"model": str(folder)}}},
+    }))
+    result = run_gate("--redline-alpha=0.1", "--redline-grid=bad.yaml")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(patterns)
+    assert not (pytester.path / ".redline").exists()  # nothing decoded
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """The three published layouts, tiny, in a temporary folder (SDAR needs the peers folder)."""
+    out = tmp_path_factory.mktemp("tiny")
+    build = peers.builder()
+    folders = {"dream": build.dream(out / "dream"), "llada": build.llada(out / "llada")}
+    if peers.PEERS.is_dir():
+        folders["sdar"] = build.sdar(out / "sdar")
+    return folders
+
+
+def _grid_on(pytester, family: str, folder: Path) -> str:
+    """grids/FAMILY.yaml with every engine_args.model pointing at ``folder``."""
+    grid = yaml.safe_load((ROOT / "grids" / f"{family}.yaml").read_text())
+    grid["engine_args"]["model"] = str(folder)
+    for spec in grid["configs"].values():
+        if "engine_args" in spec:
+            spec["engine_args"]["model"] = str(folder)
+    pytester.makefile(".yaml", **{family: yaml.safe_dump(grid, sort_keys=False)})
+    return f"{family}.yaml"
+
+
+@pytest.mark.parametrize(("family", "block", "mask"), [("sdar", 4, 151669), ("dream", None, 1), ("llada", None, 1)])
+def test_gate_certifies_unedited_checkpoint(pytester, run_gate, tiny, family, block, mask):
+    if family not in tiny:
+        pytest.skip(f"{peers.PEERS}: the published SDAR folder is needed for its tokenizer files")
+    grid = _grid_on(pytester, family, tiny[family])
+    result = run_gate("--redline-alpha=0.1", f"--redline-grid={grid}", "--redline-full", "--redline-no-cache",
+                      "--redline-report=report.json")
+    assert result.ret == 0, result.stdout.str()[-3000:]
+    report = json.loads((pytester.path / "report.json").read_text())
+    declared = report["checkpoints"]["bd/acc90"]
+    assert (declared["family"], declared["declared_block_size"], declared["mask_token_id"]) == (family, block, mask)
+    assert declared["block_size_used"] == 4  # SDAR: its declared 4 (the grid sets none); Dream, LLaDA: the grid's 4
+    assert report["checkpoints"]["blockbatch/bs4-8"]["block_size_used"] == [4, 8]
+    configs = {c["name"]: c for c in report["configs"]}
+    assert configs["bd/acc90-again"]["violations"] == 0
+    assert configs["bd/acc90-again"]["cost"] == configs["bd/acc90"]["cost"]  # decoded again, same forwards
+
+
+def test_equivalent_cached_recomputed_dream_shifted_logits(tiny):
+    """Dream's shifted logits through the cache (the wrapper's stashed hidden states) equal a
+    recompute of the whole prefix at every step, in float64."""
+    from pytest_redline.engines.block_diffusion import BlockDiffusionEngine
+    from pytest_redline.suites.arithmetic import ArithmeticSuite
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        engine = BlockDiffusionEngine(model=tiny["dream"], device="cpu", dtype="float64")
+        prompts = ArithmeticSuite(n=8, seed=1).prompts()
+        config = {"block_size": 4, "buffer_size": 2, "accept_threshold": 0.5, "max_new_tokens": 12}
+        cached = engine.generate(prompts, config)
+        recomputed = engine.generate(prompts, {**config, "use_cache": False})
+    finally:
+        torch.set_num_threads(threads)
+    assert [g.text for g in cached] == [g.text for g in recomputed]
+    assert engine.describe()["family"] == "dream"
