@@ -1,8 +1,11 @@
 r"""Code suites scored by execution (pass@1): ``humaneval``, ``mbpp`` and ``code`` (both).
 
-Every completion runs in :mod:`suites.sandbox` (a child process with limits; not a security
-boundary). ``score(prompt, text)`` runs one program; ``score_many(prompts, texts)`` runs many in
-parallel (default: one at a time per usable CPU) and is what a caller with many outcomes wants.
+Every completion runs in :mod:`suites.sandbox`: by default in Linux namespaces of its own (PID,
+mount, network; docs/sandbox.md), refusing to score where they are unavailable; ``suite_args:
+{sandbox: process}`` opts into the weaker process sandbox, and the suite's ``version`` (so the
+outcome key and the report) records which one scored. ``score(prompt, text)`` runs one program;
+``score_many(prompts, texts)`` runs many in parallel (default: one at a time per usable CPU) and
+is what a caller with many outcomes wants.
 
 Formats (plain ``text``; chat ``messages`` for models with a chat template):
 
@@ -33,11 +36,12 @@ Code and tests are compiled separately and run in that order as ``__main__``, so
 from __future__ import annotations
 
 import re
+import warnings
 from typing import Any, Sequence
 
 from pytest_redline.suites.base import Prompt, chat, cut_at_stop
 from pytest_redline.suites.records import Record, check_int, data_path, read_records, reject_unknown, select
-from pytest_redline.suites.sandbox import Limits, Program, Result, interpreter_version, run_many
+from pytest_redline.suites.sandbox import Limits, Program, Result, check_sandbox, run_many, version
 from pytest_redline.suites.union import Union, part_args
 
 HUMANEVAL_INSTRUCTION = "Complete the following Python function. Reply with the whole function in a ```python code block."
@@ -47,7 +51,7 @@ MBPP_EXAMPLES = (2, 3, 4)  # the few-shot tasks of Austin et al. (2021)
 STOP = ("\nclass", "\ndef", "\n#", "\nif", "\nprint", "\n```")
 
 _FENCE = re.compile(r"```[ \t]*([\w+-]*)[^\n]*\n(.*?)(?:\n[ \t]*```|\Z)", re.S)
-_SUITE_ARGS = ("path", "seed", "count", "ids", "timeout", "workers", "python")
+_SUITE_ARGS = ("path", "seed", "count", "ids", "timeout", "workers", "python", "sandbox")
 
 
 def code_blocks(text: str) -> list[str]:
@@ -92,14 +96,16 @@ class _Executed:
     name: str
     workers: int | None = None
     python: str | None = None
+    sandbox: str = "namespaces"
 
     def program(self, prompt: Prompt, text: str) -> Program:
         raise NotImplementedError
 
     @property
     def version(self) -> str:
-        """The interpreter programs run under and its version (part of the outcome store's key)."""
-        return interpreter_version(self.python)
+        """The interpreter programs run under, its version and the sandbox (part of the outcome
+        store's key). Refuses (SandboxUnavailable) where the namespace sandbox cannot run."""
+        return version(self.python, self.sandbox)
 
     def execute(self, prompts: Sequence[Prompt], texts: Sequence[str], workers: int | None = None) -> list[Result | None]:
         """The sandbox result of each completion (None where no program could be built from it)."""
@@ -111,7 +117,8 @@ class _Executed:
                 programs.append(self.program(prompt, text))
             except Exception:  # malformed output (not even a string) is wrong, never an error
                 programs.append(None)
-        results = iter(run_many([p for p in programs if p is not None], workers or self.workers, self.python))
+        results = iter(run_many([p for p in programs if p is not None], workers or self.workers, self.python,
+                                 self.sandbox))
         return [next(results) if p is not None else None for p in programs]
 
     def score_many(self, prompts: Sequence[Prompt], texts: Sequence[str], workers: int | None = None) -> list[bool]:
@@ -128,13 +135,18 @@ def _limits(suite: str, timeout: Any) -> Limits:
     return Limits(cpu_seconds=timeout)
 
 
-def _runner(suite: str, workers: Any, python: Any) -> tuple[int | None, str | None]:
-    """The checked ``workers`` and ``python`` suite_args."""
+def _runner(suite: str, workers: Any, python: Any, sandbox: Any) -> tuple[int | None, str | None, str]:
+    """The checked ``workers``, ``python`` and ``sandbox`` suite_args."""
     if workers is not None:
         check_int(workers, "workers", suite, 1)
     if python is not None and not isinstance(python, str):
         raise ValueError(f"suite {suite!r}: suite_args.python: expected a path to a Python interpreter, got {python!r}")
-    return workers, python
+    check_sandbox(sandbox, f"suite {suite!r}: suite_args.sandbox")
+    if sandbox != "namespaces":
+        warnings.warn(f"suite {suite!r}: suite_args.sandbox: {sandbox!r} is the weaker sandbox (no namespaces: "
+                      "programs see the host's files and network); the outcome key and the report record it",
+                      stacklevel=3)
+    return workers, python, sandbox
 
 
 class HumanEval(_Executed):
@@ -148,9 +160,10 @@ class HumanEval(_Executed):
 
     def __init__(self, *, path: str | None = None, seed: int | None = None, count: int | None = None,
                  ids: Sequence[str | int] | None = None, timeout: float = 10.0, workers: int | None = None,
-                 python: str | None = None, **unknown: Any):
+                 python: str | None = None, sandbox: str = "namespaces", **unknown: Any):
         reject_unknown(self.name, unknown, _SUITE_ARGS)
-        self.limits, (self.workers, self.python) = _limits(self.name, timeout), _runner(self.name, workers, python)
+        self.limits = _limits(self.name, timeout)
+        self.workers, self.python, self.sandbox = _runner(self.name, workers, python, sandbox)
         prompts = [self._prompt(record) for record in read_records(data_path(path, "HumanEval.jsonl.gz"))]
         self._prompts = select(prompts, self.name, seed=seed, count=count, ids=ids)
 
@@ -179,9 +192,11 @@ class MBPP(_Executed):
 
     def __init__(self, *, path: str | None = None, split: str = "test", sanitized: bool = False, few_shot: int = 0,
                  seed: int | None = None, count: int | None = None, ids: Sequence[str | int] | None = None,
-                 timeout: float = 10.0, workers: int | None = None, python: str | None = None, **unknown: Any):
+                 timeout: float = 10.0, workers: int | None = None, python: str | None = None,
+                 sandbox: str = "namespaces", **unknown: Any):
         reject_unknown(self.name, unknown, _SUITE_ARGS + ("split", "sanitized", "few_shot"))
-        self.limits, (self.workers, self.python) = _limits(self.name, timeout), _runner(self.name, workers, python)
+        self.limits = _limits(self.name, timeout)
+        self.workers, self.python, self.sandbox = _runner(self.name, workers, python, sandbox)
         if split not in MBPP_SPLITS:
             raise ValueError(f"suite {self.name!r}: suite_args.split: expected one of {sorted(MBPP_SPLITS)}, got {split!r}")
         if not isinstance(sanitized, bool):
@@ -242,15 +257,16 @@ class _CodeUnion(_Executed, Union):
 
 def CodeSuite(*, humaneval: dict[str, Any] | None = None, mbpp: dict[str, Any] | None = None,
               seed: int | None = None, count: int | None = None, ids: Sequence[str] | None = None,
-              workers: int | None = None, python: str | None = None, **unknown: Any) -> _CodeUnion:
+              workers: int | None = None, python: str | None = None, sandbox: str = "namespaces",
+              **unknown: Any) -> _CodeUnion:
     """HumanEval + MBPP. ``humaneval`` and ``mbpp`` hold each part's own suite_args, except
-    ``workers`` and ``python``, which apply to both and are given at the top level."""
-    reject_unknown("code", unknown, ("humaneval", "mbpp", "seed", "count", "ids", "workers", "python"))
+    ``workers``, ``python`` and ``sandbox``, which apply to both and are given at the top level."""
+    reject_unknown("code", unknown, ("humaneval", "mbpp", "seed", "count", "ids", "workers", "python", "sandbox"))
     args = {"humaneval": part_args("code", "humaneval", humaneval), "mbpp": part_args("code", "mbpp", mbpp)}
     for part, given in args.items():
-        for key in ("workers", "python"):
+        for key in ("workers", "python", "sandbox"):
             if key in given:
                 raise ValueError(f"suite 'code': suite_args.{part}.{key}: give {key} at the top level of code's suite_args")
     suite = _CodeUnion("code", [HumanEval(**args["humaneval"]), MBPP(**args["mbpp"])], seed=seed, count=count, ids=ids)
-    suite.workers, suite.python = _runner("code", workers, python)
+    suite.workers, suite.python, suite.sandbox = _runner("code", workers, python, sandbox)
     return suite

@@ -1,40 +1,52 @@
-"""Run untrusted Python programs in a child process, with limits. NOT a security boundary.
+"""Run untrusted Python programs behind a kernel boundary, with limits (docs/sandbox.md).
 
-Generated code is untrusted, so every program runs in its own child process:
+Generated code is untrusted. By default (``sandbox="namespaces"``) every program runs under
+bubblewrap (``bwrap``) in namespaces of its own:
 
-- a fresh temporary working directory, removed afterwards;
-- a stripped environment (``HOME`` and ``TMPDIR`` point at that directory) and no stdin;
-- resource limits: CPU seconds, address space, processes, file size, open files, no core files;
-- its own session (so its own process group), killed as a whole when it ends or times out;
-- stdout and stderr captured together, up to a size cap (past it the program is killed).
+- **PID namespace**: the program and everything it starts live under a namespace init (bwrap's
+  reaper). The harness kills that init by pidfd, and the kernel then kills every process in the
+  namespace, wherever it hid (``setsid``, double forks, ptrace). Nothing outlives a run, and no
+  program can see, signal or trace another program or the harness.
+- **Mount namespace**: a private root (read-only) with ``/usr``, the ``/bin``-style top folders,
+  a few ``/etc`` files the dynamic loader and ``time`` need, and the interpreter's prefixes, all
+  read-only; a fresh procfs and ``/dev``; fresh, size-capped tmpfs for the work folder
+  (``/sandbox``, the current folder and ``HOME``), ``/tmp`` and ``/dev/shm``. The project, the
+  outcome store, the host's ``/tmp`` and other programs' folders are not there at all.
+- **Network, IPC and UTS namespaces**: no interfaces but loopback, no shared SysV/POSIX IPC.
+- **Credentials**: as root, bwrap builds the namespaces and ``setpriv`` drops to the run's slot
+  uid (``SLOT_UID_BASE + slot``, no groups, no capabilities, no new privileges) before the
+  interpreter starts; when not root, a user namespace maps the caller's uid and no capability
+  survives into the program.
 
-When the harness runs as root, root is not bound by ``RLIMIT_NPROC`` and may signal any
-process, so each concurrent run takes a *slot* (a lock file shared by every process on the
-host) and runs as that slot's own unprivileged uid and gid (``SLOT_UID_BASE + slot``). The
-process limit then binds per slot, a ``kill(-1)`` reaches only that slot's processes, and after
-the run everything left under the uid is killed. A fork bomb in one slot cannot stop a program
-in another slot from forking, and cannot kill it.
+Inside, the bootstrap sets the rlimits (CPU seconds, address space, processes, file size, open
+files, no core files), reads the pass token from a pipe and closes it, compiles the program and
+its tests, runs the program and then the tests through references to ``exec`` taken before any
+user code ran, and only then writes the token to the result pipe and exits with status 0. A
+program passes only with exit status 0 *and* the token. The token is never in argv, the
+environment or the program's globals.
 
-A program passes only if its tests ran to the end: the program's code and its tests are
-compiled separately (the code cannot swallow the tests), run one after the other as
-``__main__`` in one namespace, and the harness then writes a sentinel to a private pipe. A
-program that calls ``sys.exit(0)`` or ``os._exit(0)`` before its tests never writes it.
+``sandbox="process"`` is the older, weaker sandbox (a child process in its own session with the
+same limits and bootstrap, run as the slot uid when root, in a host temporary folder; no
+namespaces). It is used only when a caller opts in. Where namespaces are unavailable, the
+default refuses with :class:`SandboxUnavailable`, which names the missing feature and the
+opt-in; it never falls back silently.
 
-What this does not protect against (the shape and the warning come from openai/human-eval's
-``execution.py``): reads of any world-readable file, writes to world-writable places such as
-``/tmp``, the network, and, when not root, anything the harness's own user may do (signal the
-harness, touch its files, exhaust its process count). The memory cap is per process, so a
-program may use up to ``processes`` times ``memory_bytes``. Run it inside a container or VM
-whose total memory and network are limited when the code may be hostile.
+What no in-process harness can stop is in docs/sandbox.md: a program that subverts the
+interpreter it shares with its tests (an always-equal ``__eq__``, a patched module, a frame or
+fd picked on purpose) can make the tests pass; human-eval has the same limit.
 """
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import functools
+import json
+import logging
 import math
 import os
 import pwd
 import secrets
+import select
 import selectors
 import shutil
 import signal
@@ -46,46 +58,63 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
-SLOT_UID_BASE = 61000  # slot k runs as uid = gid = SLOT_UID_BASE + k (only when root)
+SLOT_UID_BASE = 61000  # as root, slot k runs as uid = gid = SLOT_UID_BASE + k
 SLOTS = 64  # concurrent sandboxes on one host
+SANDBOXES = ("namespaces", "process")  # the default first; "process" is the weaker opt-in
+OPT_IN = "suite_args: {sandbox: process}"  # how a grid opts into the weaker sandbox
+REAP_SECONDS = 5.0  # how long teardown waits for killed processes before it reports them
+SYSTEM_PATH = "/usr/bin:/bin:/usr/sbin:/sbin:/usr/local/bin"  # where bwrap, setpriv and rm are looked up
+WORKDIR = "/sandbox"  # the program's folder inside the namespaces
 
-# Runs inside the child, as the unprivileged user: set the limits, run the code, then the
-# tests, then write the sentinel. argv: token, sentinel fd, then the rlimits (soft values).
+log = logging.getLogger(__name__)
+
+# Runs inside the child as the unprivileged user, before any user code: set the limits, take the
+# token off its pipe, compile both parts, then run them through references taken here. argv: token
+# fd, result fd, then the rlimits (soft values); none of them is secret.
 _BOOTSTRAP = r"""
-import os, resource, sys
-token, fd, cpu, memory, processes, file_bytes, open_files = sys.argv[1:8]
-sys.argv = ["program.py"]
-for which, soft, hard in (
-    (resource.RLIMIT_CPU, int(cpu), int(cpu) + 1),
-    (resource.RLIMIT_AS, int(memory), int(memory)),
-    (resource.RLIMIT_NPROC, int(processes), int(processes)),
-    (resource.RLIMIT_FSIZE, int(file_bytes), int(file_bytes)),
-    (resource.RLIMIT_NOFILE, int(open_files), int(open_files)),
-    (resource.RLIMIT_CORE, 0, 0),
-):
-    resource.setrlimit(which, (soft, hard))
-with open("program.py", encoding="utf-8") as f:
-    program = compile(f.read(), "program.py", "exec")
-with open("tests.py", encoding="utf-8") as f:
-    tests = compile(f.read(), "tests.py", "exec")
-namespace = {"__name__": "__main__", "__builtins__": __builtins__}
-exec(program, namespace)
-exec(tests, namespace)
-for stream in (sys.stdout, sys.stderr):
-    try:
-        stream.flush()
-    except Exception:
-        pass
-os.write(int(fd), token.encode())
-os._exit(0)
+import os, resource, sys, types
+
+def sandboxed(argv, exec=exec, compile=compile, open=open, read=os.read, write=os.write, close=os.close,
+              exit=os._exit, setrlimit=resource.setrlimit, streams=(sys.stdout, sys.stderr)):
+    token_fd, result_fd, cpu, memory, processes, file_bytes, open_files = map(int, argv)
+    token = read(token_fd, 64)
+    close(token_fd)
+    for which, soft, hard in (
+        (resource.RLIMIT_CPU, cpu, cpu + 1),
+        (resource.RLIMIT_AS, memory, memory),
+        (resource.RLIMIT_NPROC, processes, processes),
+        (resource.RLIMIT_FSIZE, file_bytes, file_bytes),
+        (resource.RLIMIT_NOFILE, open_files, open_files),
+        (resource.RLIMIT_CORE, 0, 0),
+    ):
+        setrlimit(which, (soft, hard))
+    with open("program.py", encoding="utf-8") as f:
+        program = compile(f.read(), "program.py", "exec")
+    with open("tests.py", encoding="utf-8") as f:
+        tests = compile(f.read(), "tests.py", "exec")
+    main = types.ModuleType("__main__")
+    sys.modules["__main__"] = main
+    exec(program, main.__dict__)
+    exec(tests, main.__dict__)
+    for stream in streams:
+        try:
+            stream.flush()
+        except BaseException:
+            pass
+    write(result_fd, token)
+    exit(0)
+
+sys.argv, argv = ["program.py"], sys.argv[1:]
+sandboxed(argv)
 """
 
 
 @dataclass(frozen=True)
 class Limits:
-    """Resource limits for one program. ``wall_seconds`` defaults to 3 x CPU + 5 s."""
+    """Resource limits for one program. ``wall_seconds`` defaults to 3 x CPU + 5 s.
+    ``disk_bytes`` is the size of each private tmpfs (work folder, /tmp, /dev/shm)."""
 
     cpu_seconds: float = 10.0
     wall_seconds: float | None = None
@@ -94,9 +123,11 @@ class Limits:
     file_bytes: int = 16 << 20
     open_files: int = 64
     output_bytes: int = 1 << 20
+    disk_bytes: int = 64 << 20
 
     def __post_init__(self) -> None:
-        for name in ("cpu_seconds", "memory_bytes", "processes", "file_bytes", "open_files", "output_bytes"):
+        for name in ("cpu_seconds", "memory_bytes", "processes", "file_bytes", "open_files", "output_bytes",
+                     "disk_bytes"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
                 raise ValueError(f"Limits.{name}: expected a number > 0, got {value!r}")
@@ -135,18 +166,51 @@ class Result:
     seconds: float
 
 
-def run(program: Program, python: str | None = None) -> Result:
-    """Run one program in the sandbox. Never raises for anything the program does; raises
-    RuntimeError when no interpreter can be started at all."""
-    if os.geteuid() != 0:
-        return _run_as(program, python or sys.executable, uid=None)
-    with _Slot() as uid:
-        python = python or _interpreter(uid)
+class SandboxUnavailable(RuntimeError):
+    """The namespace sandbox cannot run here; the message names the missing feature and the opt-in."""
+
+
+class CleanupFailures:
+    """Teardown problems, logged and counted (a program whose teardown failed scores as failed)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.messages: list[str] = []
+
+    def add(self, message: str) -> None:
+        log.warning("sandbox cleanup: %s", message)
+        with self._lock:
+            self.messages.append(message)
+
+    def __len__(self) -> int:
+        return len(self.messages)
+
+
+cleanup_failures = CleanupFailures()
+
+
+def check_sandbox(sandbox: str, where: str = "sandbox") -> str:
+    if sandbox not in SANDBOXES:
+        raise ValueError(f"{where}: expected one of {list(SANDBOXES)}, got {sandbox!r}")
+    return sandbox
+
+
+def run(program: Program, python: str | None = None, sandbox: str = "namespaces") -> Result:
+    """Run one program. Never raises for anything the program does; raises SandboxUnavailable
+    when the namespace sandbox cannot run here and RuntimeError when no interpreter starts."""
+    check_sandbox(sandbox)
+    if sandbox == "namespaces":
+        jail = _jail(python or sys.executable)
+        with _slot() as uid:
+            return _execute(program, jail.launcher(uid), python or sys.executable)
+    with _slot() as uid:
+        python = python or _process_interpreter(uid)
         _kill_uid(uid, python)  # leftovers of a harness that died mid-run
-        return _run_as(program, python, uid=uid)
+        return _execute(program, _ProcessLauncher(uid, python), python)
 
 
-def run_many(programs: Sequence[Program], workers: int | None = None, python: str | None = None) -> list[Result]:
+def run_many(programs: Sequence[Program], workers: int | None = None, python: str | None = None,
+             sandbox: str = "namespaces") -> list[Result]:
     """Run programs concurrently, ``workers`` at a time (default: the usable CPU count).
 
     Each program already runs in its own process, so the pool only needs threads that wait on
@@ -155,53 +219,74 @@ def run_many(programs: Sequence[Program], workers: int | None = None, python: st
     workers = workers or len(os.sched_getaffinity(0))
     if workers < 1:
         raise ValueError(f"workers: expected an int >= 1, got {workers!r}")
+    check_sandbox(sandbox)
+    if sandbox == "namespaces" and programs:
+        _jail(python or sys.executable)  # refuse before anything runs
     if len(programs) <= 1 or workers == 1:
-        return [run(p, python) for p in programs]
+        return [run(p, python, sandbox) for p in programs]
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(lambda p: run(p, python), programs))
+        return list(pool.map(lambda p: run(p, python, sandbox), programs))
 
 
 # --- one run ----------------------------------------------------------------------------------
 
 
-def _run_as(program: Program, python: str, uid: int | None) -> Result:
-    limits, start = program.limits, time.monotonic()
-    workdir = Path(tempfile.mkdtemp(prefix="redline-sandbox-"))
-    read_end, write_end = os.pipe()
+class _Fds:
+    """File descriptors of one run, all closed at the end (closing never raises)."""
+
+    def __init__(self) -> None:
+        self.open: list[int] = []
+
+    def pipe(self) -> tuple[int, int]:
+        read_end, write_end = os.pipe()
+        self.open += [read_end, write_end]
+        return read_end, write_end
+
+    def memfd(self, name: str, text: str) -> int:
+        fd = os.memfd_create(name)
+        self.open.append(fd)
+        os.write(fd, text.encode("utf-8"))
+        os.lseek(fd, 0, os.SEEK_SET)
+        return fd
+
+    def close(self, *fds: int) -> None:
+        for fd in fds:
+            if fd in self.open:
+                self.open.remove(fd)
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+
+    def close_all(self) -> None:
+        self.close(*list(self.open))
+
+
+def _execute(program: Program, launcher: "_Launcher", python: str) -> Result:
+    limits, start, fds = program.limits, time.monotonic(), _Fds()
     try:
-        (workdir / "program.py").write_text(program.code, encoding="utf-8")
-        (workdir / "tests.py").write_text(program.tests, encoding="utf-8")
-        if uid is not None:
-            for path in (workdir, workdir / "program.py", workdir / "tests.py"):
-                os.chown(path, uid, uid)
-        token = secrets.token_hex(16)
-        argv = [python, "-s", "-c", _BOOTSTRAP, token, str(write_end), str(math.ceil(limits.cpu_seconds)),
+        token = secrets.token_hex(16).encode()
+        token_read, token_write = fds.pipe()
+        os.write(token_write, token)  # 32 bytes: fits the pipe; the child reads it before user code
+        fds.close(token_write)
+        result_read, result_write = fds.pipe()
+        argv = [python, "-s", "-c", _BOOTSTRAP, str(token_read), str(result_write), str(math.ceil(limits.cpu_seconds)),
                 str(limits.memory_bytes), str(limits.processes), str(limits.file_bytes), str(limits.open_files)]
-        drop = {"user": uid, "group": uid, "extra_groups": []} if uid is not None else {}
+        child = launcher.start(program, argv, (token_read, result_write), fds)
+        fds.close(token_read, result_write)
         try:
-            child = subprocess.Popen(argv, cwd=workdir, env=_environment(workdir), stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, pass_fds=(write_end,),
-                                     start_new_session=True, **drop)
-        except OSError as error:  # the harness's environment, not the program: say so loudly
-            raise RuntimeError(f"sandbox: could not start {python}: {error}") from error
-        os.close(write_end)
-        write_end = -1
-        try:
-            output, sentinel, stop = _collect(child, read_end, limits, start)
+            output, sentinel, stop = _collect(child, result_read, limits, start)
         finally:
-            _kill_all(child, uid, python)
-        seconds = time.monotonic() - start
+            problem = launcher.stop(child)
         text = output.decode("utf-8", errors="replace")
+        if problem:
+            cleanup_failures.add(problem)
+            return Result(False, f"cleanup failed: {problem}", text, time.monotonic() - start)
         if stop:
-            return Result(False, stop, text, seconds)
-        if sentinel == token.encode():
-            return Result(True, "passed", text, seconds)
-        return Result(False, _exit_reason(child.returncode), text, seconds)
+            return Result(False, stop, text, time.monotonic() - start)
+        if sentinel == token and child.returncode == 0:
+            return Result(True, "passed", text, time.monotonic() - start)
+        return Result(False, launcher.exit_reason(child.returncode), text, time.monotonic() - start)
     finally:
-        os.close(read_end)
-        if write_end >= 0:
-            os.close(write_end)
-        _remove(workdir)
+        fds.close_all()
 
 
 def _collect(child: subprocess.Popen, sentinel_fd: int, limits: Limits, start: float) -> tuple[bytes, bytes, str]:
@@ -235,25 +320,303 @@ def _collect(child: subprocess.Popen, sentinel_fd: int, limits: Limits, start: f
     return bytes(output), bytes(sentinel), ""
 
 
-def _kill_all(child: subprocess.Popen, uid: int | None, python: str) -> None:
-    """Kill the program's process group and, as root, every process left under its uid."""
+def _reap(child: subprocess.Popen, what: str) -> str:
+    """Wait, bounded, for ``child``; '' when it was reaped, else what went wrong (never raises)."""
     try:
-        os.killpg(child.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    child.wait()
-    if uid is not None:
-        _kill_uid(uid, python)
+        child.wait(timeout=REAP_SECONDS)
+        return ""
+    except subprocess.TimeoutExpired:
+        return f"{what} (pid {child.pid}) was not reaped within {REAP_SECONDS:.0f} s after SIGKILL"
+    except Exception as error:  # noqa: BLE001 - teardown reports, never raises
+        return f"waiting for {what} (pid {child.pid}): {type(error).__name__}: {error}"
 
 
-def _kill_uid(uid: int, python: str, patience: float = 5.0) -> None:
-    """Kill every process of ``uid`` and wait until they are gone (zombies count for RLIMIT_NPROC)."""
-    deadline = time.monotonic() + patience
-    while _processes_of(uid) and time.monotonic() < deadline:
-        # kill(-1) sent as the slot's own uid reaches exactly that uid's processes, atomically.
-        subprocess.run([python, "-S", "-c", "import os; os.kill(-1, 9)"], user=uid, group=uid, extra_groups=[],
-                       cwd="/", env={}, stdin=subprocess.DEVNULL, capture_output=True, check=False)
-        time.sleep(0.01)
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def _killed(name: str) -> str:
+    return f"killed by {name}" + (" (CPU limit)" if name == "SIGXCPU" else "")
+
+
+class _Launcher:
+    """How one run's process is started, stopped and its exit status read."""
+
+    def start(self, program: Program, argv: list[str], pass_fds: tuple[int, ...], fds: _Fds) -> subprocess.Popen:
+        raise NotImplementedError
+
+    def stop(self, child: subprocess.Popen) -> str:
+        """Kill everything the run started and wait, bounded; '' or what went wrong (never raises)."""
+        raise NotImplementedError
+
+    def exit_reason(self, returncode: int) -> str:
+        if returncode == 0:
+            return "exited before its tests finished"
+        if returncode < 0:
+            return _killed(_signal_name(-returncode))
+        return f"exit status {returncode}"
+
+
+def _popen(argv: list[str], **kwargs) -> subprocess.Popen:
+    try:
+        return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                start_new_session=True, **kwargs)
+    except OSError as error:  # the harness's environment, not the program: say so loudly
+        raise RuntimeError(f"sandbox: could not start {argv[0]}: {error}") from error
+
+
+def _environment(home: str, tmp: str) -> dict[str, str]:
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": home, "TMPDIR": tmp, "LANG": "C.UTF-8",
+           "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONSAFEPATH": "1",
+           "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+    for name in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):  # some CPUs need them for OpenBLAS
+        if name in os.environ:
+            env[name] = os.environ[name]
+    return env
+
+
+# --- the namespace sandbox (bubblewrap) --------------------------------------------------------
+
+_ETC = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/localtime", "/etc/timezone")  # the loader and time
+_TOP = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+
+
+@dataclass(frozen=True)
+class _Jail:
+    """The namespace sandbox for one interpreter: the fixed part of bwrap's command line."""
+
+    bwrap: str
+    setpriv: str | None  # as root: drops to the slot uid inside the namespaces
+    system: tuple[str, ...]  # namespaces, the system's read-only folders, /dev
+    interpreter: tuple[str, ...]  # the interpreter's read-only prefixes, masked folders, /proc
+
+    def launcher(self, uid: int | None) -> "_NamespaceLauncher":
+        return _NamespaceLauncher(self, uid)
+
+
+class _NamespaceLauncher(_Launcher):
+    def __init__(self, jail: _Jail, uid: int | None):
+        self.jail, self.uid, self.init = jail, uid, None
+
+    def start(self, program: Program, argv: list[str], pass_fds: tuple[int, ...], fds: _Fds) -> subprocess.Popen:
+        size = str(program.limits.disk_bytes)
+        info_read, info_write = fds.pipe()
+        code, tests = fds.memfd("program.py", program.code), fds.memfd("tests.py", program.tests)
+        command = [self.jail.bwrap, *self.jail.system]
+        for folder in (WORKDIR, "/tmp", "/dev/shm"):  # before the prefixes, which may lie in /tmp
+            command += ["--size", size, "--perms", "1777", "--tmpfs", folder]
+        command += [*self.jail.interpreter, "--perms", "0444", "--file", str(code), f"{WORKDIR}/program.py",
+                    "--perms", "0444", "--file", str(tests), f"{WORKDIR}/tests.py",
+                    "--remount-ro", "/", "--chdir", WORKDIR, "--info-fd", str(info_write), "--"]
+        if self.uid is not None:
+            command += [self.jail.setpriv, f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups",
+                        "--no-new-privs", "--bounding-set=-all", "--inh-caps=-all", "--"]
+        child = _popen(command + argv, env=_environment(WORKDIR, "/tmp"), pass_fds=(*pass_fds, info_write, code, tests))
+        fds.close(info_write, code, tests)
+        self.init = _namespace_init(child, info_read)
+        return child
+
+    def stop(self, child: subprocess.Popen) -> str:
+        try:
+            if self.init is not None:  # the namespace's init: its death kills every process inside
+                with contextlib.suppress(ProcessLookupError):
+                    signal.pidfd_send_signal(self.init, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):
+                child.kill()  # bwrap outside the namespaces (its init also dies with it)
+        except Exception as error:  # noqa: BLE001 - teardown reports, never raises
+            return f"could not kill the sandbox: {type(error).__name__}: {error}"
+        finally:
+            if self.init is not None:
+                with contextlib.suppress(OSError):
+                    os.close(self.init)
+        return _reap(child, "bwrap")
+
+    def exit_reason(self, returncode: int) -> str:
+        if 128 < returncode < 128 + 65:  # bwrap reports a program killed by signal N as 128 + N
+            return _killed(_signal_name(returncode - 128))
+        return super().exit_reason(returncode)
+
+
+def _namespace_init(child: subprocess.Popen, info_fd: int) -> int | None:
+    """A pidfd of the namespace's init, from bwrap's --info-fd (None if bwrap never got that far).
+
+    bwrap writes the init's pid and closes the fd right after creating it; the pidfd is checked
+    to be bwrap's child, so a recycled pid is never signalled."""
+    data, deadline = bytearray(), time.monotonic() + 10
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([info_fd], [], [], max(deadline - time.monotonic(), 0))
+        if not ready:
+            break
+        chunk = os.read(info_fd, 4096)
+        if not chunk:
+            break
+        data += chunk
+    try:
+        pid = int(json.loads(data)["child-pid"])
+        pidfd = os.pidfd_open(pid)
+    except (ValueError, KeyError, TypeError, OSError):
+        return None
+    if _parent_of(pid) != child.pid:
+        os.close(pidfd)
+        return None
+    return pidfd
+
+
+def _parent_of(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return int(stat.rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+_jail_lock = threading.Lock()
+_jails: dict[str, _Jail] = {}
+
+
+def _jail(python: str) -> _Jail:
+    """The namespace sandbox for ``python``, checked once by running a trivial program in it."""
+    with _jail_lock:
+        if python not in _jails:
+            jail = _build_jail(python)
+            with _slot() as uid:
+                probe = _execute(Program("", ""), jail.launcher(uid), python)
+            if not probe.passed:
+                raise SandboxUnavailable(_unavailable(f"a trivial program failed in it ({probe.reason}): "
+                                                      f"{probe.output.strip()[-500:]}"))
+            _jails[python] = jail
+        return _jails[python]
+
+
+def _build_jail(python: str) -> _Jail:
+    bwrap = shutil.which("bwrap", path=SYSTEM_PATH)
+    if bwrap is None:
+        raise SandboxUnavailable(_unavailable("bubblewrap is not installed (no bwrap on "
+                                              f"{SYSTEM_PATH}; Debian/Ubuntu: apt-get install bubblewrap)"))
+    root = os.geteuid() == 0
+    setpriv = shutil.which("setpriv", path=SYSTEM_PATH) if root else None
+    if root and setpriv is None:
+        raise SandboxUnavailable(_unavailable(f"setpriv (util-linux) is not on {SYSTEM_PATH}"))
+    fixed = ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+             "--hostname", "sandbox", "--die-with-parent", "--new-session"]
+    if not root:
+        fixed += ["--unshare-user", "--disable-userns"]
+    for top in _TOP:
+        if os.path.islink(top):
+            fixed += ["--symlink", os.readlink(top), top]
+        elif os.path.isdir(top):
+            fixed += ["--ro-bind", top, top]
+    fixed += [arg for path in _ETC if os.path.exists(path) for arg in ("--ro-bind", path, path)]
+    fixed += ["--dev", "/dev"]
+    bound = _prefixes(python)
+    parents = sorted({str(parent) for path in bound for parent in Path(path).parents if str(parent) != "/"})
+    prefixes = [arg for parent in parents for arg in ("--perms", "0755", "--dir", parent)]  # traversable
+    prefixes += [arg for path in bound for arg in ("--ro-bind", path, path)]
+    for folder in _own_folders():  # e.g. a wheel install: the data sets sit in a bound prefix
+        if any(folder == path or folder.startswith(path + "/") for path in bound):
+            prefixes += ["--size", "4096", "--perms", "0555", "--tmpfs", folder, "--remount-ro", folder]
+    return _Jail(bwrap, setpriv, tuple(fixed), tuple(prefixes + ["--proc", "/proc"]))
+
+
+def _prefixes(python: str) -> list[str]:
+    """The folders ``python`` needs, bound read-only (outermost only): its prefixes (a venv's and
+    its base's) and the folder of its real executable."""
+    probe = _probe(python, "import sys; print('\\n'.join([sys.prefix, sys.base_prefix, sys.exec_prefix, "
+                           "sys.base_exec_prefix]))")
+    paths = {os.path.realpath(p) for p in probe.splitlines() if p}
+    paths |= {os.path.dirname(os.path.realpath(python)), os.path.dirname(os.path.abspath(python))}
+    paths = {p for p in paths if p not in ("/", "")}
+    return sorted(p for p in paths if not any(p.startswith(q + "/") for q in paths))
+
+
+def _own_folders() -> list[str]:
+    import pytest_redline
+
+    here = Path(__file__).resolve().parent
+    return sorted({str(Path(pytest_redline.__file__).resolve().parent), str(here), str(here.parent / "engines")})
+
+
+def _unavailable(why: str) -> str:
+    feature = _missing_feature()
+    return (f"sandbox: code suites run every program in Linux namespaces (PID, mount, network"
+            f"{'' if os.geteuid() == 0 else ', user'}) through bubblewrap, and that sandbox cannot run here: "
+            f"{why}.{' Missing kernel feature: ' + feature + '.' if feature else ''} "
+            f"Enable it, or opt into the weaker process sandbox (no namespaces; see docs/sandbox.md) "
+            f"explicitly with {OPT_IN} in the grid file; the outcome key and the report record it.")
+
+
+def _missing_feature() -> str:
+    """The kernel setting that blocks namespaces here, if one can be read."""
+    def read(name: str) -> str | None:
+        try:
+            return Path("/proc/sys", name).read_text().strip()
+        except OSError:
+            return None
+
+    if read("user/max_user_namespaces") == "0":
+        return "user namespaces (user.max_user_namespaces = 0)"
+    if os.geteuid() != 0:
+        if read("kernel/unprivileged_userns_clone") == "0":
+            return "unprivileged user namespaces (kernel.unprivileged_userns_clone = 0)"
+        if read("kernel/apparmor_restrict_unprivileged_userns") == "1":
+            return "unprivileged user namespaces (AppArmor: kernel.apparmor_restrict_unprivileged_userns = 1)"
+        return "unprivileged user namespaces (needed when not root)"
+    if not os.path.exists("/proc/self/ns/pid"):
+        return "namespaces (no /proc/self/ns)"
+    return ""
+
+
+# --- the process sandbox (weaker; opt-in) ------------------------------------------------------
+
+
+class _ProcessLauncher(_Launcher):
+    """A child in its own session, in a host temporary folder, as the slot uid when root."""
+
+    def __init__(self, uid: int | None, python: str):
+        self.uid, self.python, self.workdir = uid, python, None
+
+    def start(self, program: Program, argv: list[str], pass_fds: tuple[int, ...], fds: _Fds) -> subprocess.Popen:
+        self.workdir = Path(tempfile.mkdtemp(prefix="redline-sandbox-"))
+        (self.workdir / "program.py").write_text(program.code, encoding="utf-8")
+        (self.workdir / "tests.py").write_text(program.tests, encoding="utf-8")
+        drop = {}
+        if self.uid is not None:
+            for path in (self.workdir, self.workdir / "program.py", self.workdir / "tests.py"):
+                os.chown(path, self.uid, self.uid)
+            drop = {"user": self.uid, "group": self.uid, "extra_groups": []}
+        return _popen(argv, cwd=self.workdir, env=_environment(str(self.workdir), str(self.workdir)),
+                      pass_fds=pass_fds, **drop)
+
+    def stop(self, child: subprocess.Popen) -> str:
+        problems = []
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(child.pid, signal.SIGKILL)
+        problems.append(_reap(child, "the program"))
+        if self.uid is not None:
+            problems.append(_kill_uid(self.uid, self.python))
+        if self.workdir is not None and not any(problems):  # never walk a folder a live process can change
+            problems.append(_remove(self.workdir))
+        return "; ".join(p for p in problems if p)
+
+
+def _kill_uid(uid: int, python: str) -> str:
+    """Kill every process of ``uid`` and wait until they are gone (zombies count for RLIMIT_NPROC);
+    '' or what is left (never raises)."""
+    deadline = time.monotonic() + REAP_SECONDS
+    try:
+        while _processes_of(uid) and time.monotonic() < deadline:
+            # kill(-1) sent as the slot's own uid reaches exactly that uid's processes, atomically.
+            subprocess.run([python, "-I", "-S", "-c", "import os; os.kill(-1, 9)"], user=uid, group=uid,
+                           extra_groups=[], cwd="/", env={}, stdin=subprocess.DEVNULL, capture_output=True,
+                           check=False, timeout=REAP_SECONDS)
+            time.sleep(0.01)
+        left = _processes_of(uid)
+    except Exception as error:  # noqa: BLE001 - teardown reports, never raises
+        return f"killing uid {uid}: {type(error).__name__}: {error}"
+    return f"{len(left)} processes of uid {uid} survived {REAP_SECONDS:.0f} s of kill(-1)" if left else ""
 
 
 def _processes_of(uid: int) -> list[int]:
@@ -267,61 +630,87 @@ def _processes_of(uid: int) -> list[int]:
     return pids
 
 
-def _exit_reason(returncode: int) -> str:
-    if returncode == 0:
-        return "exited before its tests finished"
-    if returncode < 0:
-        name = signal.Signals(-returncode).name
-        return f"killed by {name}" + (" (CPU limit)" if name == "SIGXCPU" else "")
-    return f"exit status {returncode}"
-
-
-def _environment(workdir: Path) -> dict[str, str]:
-    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(workdir), "TMPDIR": str(workdir), "LANG": "C.UTF-8",
-           "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONSAFEPATH": "1",
-           "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
-    for name in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):  # some CPUs need them for OpenBLAS
-        if name in os.environ:
-            env[name] = os.environ[name]
-    return env
-
-
-def _remove(workdir: Path) -> None:
+def _remove(workdir: Path) -> str:
+    """Remove the work folder; '' or why not (never raises). Iterative and by directory fd: no
+    recursion limit, no path-length limit, no symlink followed."""
     try:
-        shutil.rmtree(workdir)
-    except OSError:  # the program took permissions away from its own files (matters when not root)
-        for folder, _, _ in os.walk(workdir):
-            os.chmod(folder, 0o700)
-        shutil.rmtree(workdir, ignore_errors=True)
+        _remove_tree(str(workdir))
+    except Exception as error:  # noqa: BLE001 - teardown reports, never raises
+        return f"could not remove {workdir}: {type(error).__name__}: {error}"
+    return ""
 
 
-# --- slots and interpreter (root only) -----------------------------------------------------------
-
-
-class _Slot:
-    """A host-wide slot: an exclusive lock on one of SLOTS lock files; yields the slot's uid."""
-
-    directory = Path(tempfile.gettempdir()) / "redline-sandbox-slots"
-
-    def __enter__(self) -> int:
-        self.directory.mkdir(mode=0o700, exist_ok=True)
+def _remove_tree(top: str) -> None:
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd, names = os.open(top, flags), []  # the open folder, and the names leading to it from top
+    try:
         while True:
-            for slot in range(SLOTS):
-                uid = SLOT_UID_BASE + slot
-                if _has_account(uid):
-                    continue  # a real user: never run programs as, or kill, it
-                handle = open(self.directory / f"slot-{slot}.lock", "w")
-                try:
-                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    handle.close()
-                    continue
-                self.handle = handle
-                return uid
-            time.sleep(0.05)
+            os.fchmod(fd, 0o700)  # the program may have taken its own permissions away
+            sub = None
+            with os.scandir(fd) as entries:
+                for entry in entries:
+                    if entry.is_dir(follow_symlinks=False):
+                        sub = entry.name
+                        break
+                    os.unlink(entry.name, dir_fd=fd)
+            if sub is not None:
+                child = os.open(sub, flags, dir_fd=fd)
+                os.close(fd)
+                fd = child
+                names.append(sub)
+                continue
+            if not names:
+                break
+            parent = os.open("..", flags, dir_fd=fd)
+            os.close(fd)
+            fd = parent
+            os.rmdir(names.pop(), dir_fd=fd)
+    finally:
+        os.close(fd)
+    os.rmdir(top)
 
-    def __exit__(self, *exc) -> None:
-        self.handle.close()
+
+# --- slots and interpreters ----------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _slot() -> Iterator[int | None]:
+    """As root, a host-wide slot (an exclusive lock on one of SLOTS lock files): yields its uid.
+    When not root, None (every run uses the caller's uid)."""
+    if os.geteuid() != 0:
+        yield None
+        return
+    directory = Path(tempfile.gettempdir()) / "redline-sandbox-slots"
+    _private_folder(directory)
+    while True:
+        for slot in range(SLOTS):
+            uid = SLOT_UID_BASE + slot
+            if _has_account(uid):
+                continue  # a real user: never run programs as, or kill, it
+            fd = os.open(directory / f"slot-{slot}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            try:
+                yield uid
+            finally:
+                os.close(fd)
+            return
+        time.sleep(0.05)
+
+
+def _private_folder(directory: Path) -> None:
+    """Make ``directory`` ours alone, refusing one that someone else made (e.g. a program, to
+    plant symlinks for root to follow)."""
+    with contextlib.suppress(FileExistsError):
+        directory.mkdir(mode=0o700)
+    status = os.lstat(directory)
+    if not os.path.isdir(directory) or os.path.islink(directory) or status.st_uid != os.geteuid() \
+            or status.st_mode & 0o077:
+        raise RuntimeError(f"sandbox: {directory}: expected a folder owned by uid {os.geteuid()} with mode 0700, "
+                           f"got uid {status.st_uid} mode {oct(status.st_mode & 0o7777)}; remove it")
 
 
 def _has_account(uid: int) -> bool:
@@ -332,47 +721,65 @@ def _has_account(uid: int) -> bool:
     return True
 
 
-_interpreter_lock = threading.Lock()
-_chosen: list[str] = []  # the interpreter found by the first probe
+def _probe(python: str, code: str, uid: int | None = None) -> str:
+    """Run ``python -I -c code`` from / with an empty environment (as ``uid`` if given); its stdout.
+    -I keeps the current folder and user site off sys.path, so nothing a program wrote is imported."""
+    drop = {"user": uid, "group": uid, "extra_groups": []} if uid is not None else {}
+    try:
+        done = subprocess.run([python, "-I", "-c", code], cwd="/", env={}, stdin=subprocess.DEVNULL,
+                              capture_output=True, text=True, check=False, timeout=60, **drop)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise RuntimeError(f"sandbox: could not run {python}: {error}") from error
+    if done.returncode != 0:
+        raise RuntimeError(f"sandbox: {python} -I -c {code!r} failed: {done.stderr.strip()[-300:]}")
+    return done.stdout
 
 
-def _interpreter(uid: int) -> str:
-    """The first Python the unprivileged uid can run: this one, else python3 on the usual paths.
+_process_lock = threading.Lock()
+_process_chosen: list[str] = []
 
-    (A Python installed under /root, as pyenv does, is not executable by other users.)
-    """
-    with _interpreter_lock:
-        if not _chosen:
+
+def _process_interpreter(uid: int | None) -> str:
+    """For the process sandbox: this Python, else python3 on the usual paths, whichever the slot's
+    uid can run (a Python under /root, as pyenv installs it, is not executable by other users)."""
+    if uid is None:
+        return sys.executable
+    with _process_lock:
+        if not _process_chosen:
             candidates = [sys.executable, shutil.which("python3", path="/usr/local/bin:/usr/bin:/bin")]
-            _chosen.extend(c for c in dict.fromkeys(candidates) if c and _runs_as(c, uid))
-            if not _chosen:
+            for candidate in dict.fromkeys(c for c in candidates if c):
+                with contextlib.suppress(RuntimeError):
+                    _probe(candidate, "pass", uid)
+                    _process_chosen.append(candidate)
+                    break
+            if not _process_chosen:
                 raise RuntimeError(f"sandbox: no Python interpreter is executable by uid {uid} "
                                    f"(tried {candidates}); pass python=PATH to a world-readable one")
-        return _chosen[0]
+        return _process_chosen[0]
 
 
-def _runs_as(python: str, uid: int) -> bool:
-    try:
-        probe = subprocess.run([python, "-c", "pass"], user=uid, group=uid, extra_groups=[], cwd="/",
-                               stdin=subprocess.DEVNULL, capture_output=True, check=False)
-    except OSError:
-        return False
-    return probe.returncode == 0
+def interpreter(sandbox: str = "namespaces") -> str:
+    """The interpreter programs run under by default (for the record of a run)."""
+    check_sandbox(sandbox)
+    if sandbox == "namespaces":
+        return sys.executable
+    with _slot() as uid:
+        return _process_interpreter(uid)
 
 
 @functools.cache
-def interpreter_version(python: str | None = None) -> str:
+def interpreter_version(python: str | None = None, sandbox: str = "namespaces") -> str:
     """``"PATH VERSION"`` of the interpreter programs run under (``python``, else the sandbox's
     choice): a different Python can score the same completion differently."""
-    path = python or interpreter()
-    probe = subprocess.run([path, "-c", "import platform; print(platform.python_version())"],
-                           capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL)
-    return f"{path} {probe.stdout.strip() or 'unknown version'}"
+    path = python or interpreter(sandbox)
+    version = _probe(path, "import sys; print('%d.%d.%d' % sys.version_info[:3])").strip()
+    return f"{path} {version or 'unknown version'}"
 
 
-def interpreter() -> str:
-    """The interpreter programs run under (for the record of a run)."""
-    if os.geteuid() != 0:
-        return sys.executable
-    with _Slot() as uid:
-        return _interpreter(uid)
+def version(python: str | None = None, sandbox: str = "namespaces") -> str:
+    """What scores a program: the interpreter, its version and the sandbox (part of the outcome
+    key). Refuses (SandboxUnavailable) where the namespace sandbox cannot run."""
+    check_sandbox(sandbox)
+    if sandbox == "namespaces":
+        _jail(python or sys.executable)
+    return f"{interpreter_version(python, sandbox)}; sandbox {sandbox}"
