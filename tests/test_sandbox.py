@@ -251,12 +251,13 @@ def test_no_crash_deep_folders_sandbox(kind):
 @pytest.mark.parametrize("kind", sandbox.SANDBOXES)
 def test_failed_broken_cleanup_sandbox(kind, monkeypatch):
     # Whatever teardown trips on is logged and counted; the program fails; scoring goes on.
-    monkeypatch.setattr(sandbox, "_reap", lambda child, what: f"{what} was not reaped (simulated)")
-    counted = len(sandbox.cleanup_failures)
-    before = set(Path(sandbox.tempfile.gettempdir()).glob("redline-sandbox-*"))
     with pytest.warns(UserWarning, match="weaker sandbox") if kind == "process" else contextlib.nullcontext():
         suite = HumanEval(count=2, seed=0, sandbox=kind)
+    assert suite.version  # the sandbox is checked before teardown is broken
     prompts = suite.prompts()
+    counted = len(sandbox.cleanup_failures)
+    before = set(Path(sandbox.tempfile.gettempdir()).glob("redline-sandbox-*"))
+    monkeypatch.setattr(sandbox, "_reap", lambda child, what: f"{what} was not reaped (simulated)")
     assert suite.score_many(prompts, [p.meta["canonical_solution"] for p in prompts], workers=1) == [False, False]
     assert len(sandbox.cleanup_failures) == counted + 2
     monkeypatch.undo()
