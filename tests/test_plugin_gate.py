@@ -239,6 +239,9 @@ def test_rerun_reuses_store_with_identical_verdict(project: Project) -> None:
     assert two.pop("outcomes") == {"reused": run, "decoded": 0}
     spent, again = one.pop("spend"), two.pop("spend")
     assert (again["forwards"], again["decoded_forwards"]) == (spent["forwards"], 0)
+    assert [c.pop("decode_seconds") for c in two["configs"]] == [0.0, 0.0, 0.0]  # nothing decoded
+    for c in one["configs"]:
+        del c["decode_seconds"]  # wall time
     assert one == two
 
 
@@ -282,7 +285,7 @@ def test_roundtrip_outcome_csv_through_replay(project: Project) -> None:
     second = project.run(ALPHA, "--redline-full", "--redline-grid=replay.yaml", "--redline-report=replay.json")
     assert second.ret == 0
     live, replayed = project.report("live.json"), project.report("replay.json")
-    strip = ("params",)
+    strip = ("params", "decode_seconds")  # decode_seconds: wall time
     assert [{k: v for k, v in c.items() if k not in strip} for c in live["configs"]] == [
         {k: v for k, v in c.items() if k not in strip} for c in replayed["configs"]
     ]
