@@ -5,7 +5,8 @@
 Decodes the grid's calibration prompts with every config (batches of the grid's batch_size, in
 prompt order) and prints, per config: accuracy, TPF (pooled tokens / forwards), wall time, and
 both as ratios to the reference; then the FLOPs the static skip rule saves (the reference with
-``skip_masked_blocks`` on against off, same prompts). When ``pytest_redline.risk`` is importable
+``skip_masked_blocks`` on against off, same prompts), and the reference config under both
+schedules (``diffulex``, the default, and ``eager``) at its buffer size and at buffer 1. When ``pytest_redline.risk`` is importable
 it also prints the Redline verdict at alpha 0.1 and 0.02 (V = prompts the reference answers and
 the config misses, Holm at the grid's delta), the same computation the gate makes.
 """
@@ -19,7 +20,7 @@ import numpy as np
 import torch
 import yaml
 
-from pytest_redline.engines.block_diffusion import BlockDiffusionEngine
+from pytest_redline.engines.block_diffusion import DEFAULTS, BlockDiffusionEngine
 from pytest_redline.suites.arithmetic import ArithmeticSuite
 from timing import generate_timed
 
@@ -72,6 +73,12 @@ def main() -> None:
     print(f"\nskip rule on the reference: FLOPs x{skipped['flops'] / ref['flops']:.3f} "
           f"({1 - skipped['flops'] / ref['flops']:.1%} saved), TPF x{skipped['tpf'] / ref['tpf']:.3f}, "
           f"accuracy {skipped['correct'].mean():.3f} vs {ref['correct'].mean():.3f}")
+
+    print(f"\n{'schedule':<10}{'buffer':>7}{'acc':>7}{'TPF':>7}{'TPF x':>8}{'wall s':>8}")
+    for buffer in (reference_params.get("buffer_size", DEFAULTS["buffer_size"]), 1):
+        for schedule in ("diffulex", "eager"):
+            r = run(engine, suite, prompts, {**reference_params, "buffer_size": buffer, "schedule": schedule}, batch_size)
+            print(f"{schedule:<10}{buffer:>7}{r['correct'].mean():>7.3f}{r['tpf']:>7.2f}{r['tpf'] / ref['tpf']:>8.3f}{r['wall']:>8.1f}")
 
     try:
         from pytest_redline import risk

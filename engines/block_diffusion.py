@@ -205,11 +205,6 @@ class BlockDiffusionEngine:
     ``threads`` sets torch's intra-op threads (see ``autoregressive.set_threads``)."""
 
     name = "block_diffusion"
-
-    @classmethod
-    def check_config(cls, params: Mapping[str, Any]) -> None:
-        """Check a config's parameters without a model: the gate calls it while preparing a grid."""
-        DecodeConfig.from_params(params)
     Config = DecodeConfig
     Request = Request
 
@@ -315,7 +310,7 @@ class BlockDiffusionEngine:
                 stored_to, req.cached = req.cached, plan.store
                 newly_final = self.retire(req, cfg)
                 if req.prompt.stop:
-                    self.stop_at_string(req, cfg)
+                    self.stop_at_string(req, req.prompt.stop, cfg)
                 if record:
                     trace.append(self._trace_entry(step, req, plan, admitted[row], committed, newly_final, stored_to, cfg))
                 if req.result is None:
@@ -442,7 +437,7 @@ class BlockDiffusionEngine:
         answer = req.tokens[req.prompt_len : req.limit]
         return req.prompt_len + (answer.index(self.mask_id) if self.mask_id in answer else len(answer))
 
-    def stop_at_string(self, req: Request, cfg) -> None:
+    def stop_at_string(self, req: Request, stop: Sequence[str], cfg) -> None:
         """End the request at the first stop string in its output, or (still running) in its
         settled answer prefix cut after an EOS: the output becomes the shortest token prefix whose
         text holds the stop string, and the finish reason "stop"."""
@@ -451,27 +446,30 @@ class BlockDiffusionEngine:
         else:
             answer = req.result
         text = self._text(answer)
-        _, hit = cut_at_stop(text, req.prompt.stop)
+        _, hit = cut_at_stop(text, stop)
         if not hit:
             return
-        n = next(n for n in range(1, len(answer) + 1) if cut_at_stop(self._text(answer[:n]), req.prompt.stop)[1])
+        n = next(n for n in range(1, len(answer) + 1) if cut_at_stop(self._text(answer[:n]), stop)[1])
         req.result, req.finish_reason = answer[:n], "stop"
 
     def _text(self, ids: Sequence[int]) -> str:
         return self.tokenizer.decode([t for t in ids if t not in self.eos_ids], skip_special_tokens=False)
 
+    def output_text(self, state, prompt: Prompt) -> str:
+        """The text of a finished request's (or branch's) output; at a stop string, the text before it."""
+        text = self._text(state.result or [])
+        return cut_at_stop(text, prompt.stop)[0] if state.finish_reason == "stop" else text
+
     # -- model calls ------------------------------------------------------------------------
 
     def _forward(self, running, steps: Sequence[Step], rows: "KVRows", block_size: int):
         width = max(len(s.queries) for s in steps)
-        ids = torch.full((len(running), width), self.pad_id, dtype=torch.long)
-        q_pos = torch.zeros(len(running), width, dtype=torch.long)
-        q_valid = torch.zeros(len(running), width, dtype=torch.bool)
-        for row, (req, s) in enumerate(zip(running, steps)):
-            n = len(s.queries)
-            q_pos[row, :n] = torch.tensor(s.queries)
-            ids[row, :n] = torch.tensor(req.tokens)[q_pos[row, :n]]
-            q_valid[row, :n] = True
+        lengths = torch.tensor([len(s.queries) for s in steps])
+        q_pos = torch.tensor([s.queries + [0] * (width - len(s.queries)) for s in steps])
+        q_valid = torch.arange(width)[None, :] < lengths[:, None]
+        ids = torch.tensor([
+            [req.tokens[p] for p in s.queries] + [self.pad_id] * (width - len(s.queries)) for req, s in zip(running, steps)
+        ])
         ids, q_pos, q_valid = ids.to(self.device), q_pos.to(self.device), q_valid.to(self.device)
         mask = modeling.block_causal_mask(
             q_pos, torch.cat([rows.pos, q_pos], 1), block_size, self.dtype, torch.cat([rows.valid, q_valid], 1)
@@ -519,7 +517,7 @@ class BlockDiffusionEngine:
         last = req.prompt_len + max(len(out), 1) - 1
         blocks = last // cfg.block_size - req.prompt_len // cfg.block_size + 1
         return Generation(
-            text=self._text(out),
+            text=self.output_text(req, req.prompt),
             tokens=len(out),
             forwards=req.forwards,
             extra={"flops": req.flops, "blocks": float(blocks), **req.extra},
@@ -569,27 +567,37 @@ class KVRows:
 
     def keep(self, q_pos, q_valid, store: Sequence[int], keep_rows: Sequence[int]) -> None:
         """After a forward: keep the new columns below each row's ``store`` and the rows ``keep_rows``.
-        Uses ``crop`` when no row stored anything, else a per-row gather."""
-        stored = q_valid & (q_pos < torch.tensor(store, device=q_pos.device)[:, None])
-        old = self.pos.shape[1]
-        if len(keep_rows) == self.pos.shape[0] and not bool(stored.any()):
-            self.cache.crop(old - self.cache.get_seq_length())  # a negative count: drop this forward's columns
-            return
-        keep = torch.cat([self.valid, stored], 1)
-        positions = torch.cat([self.pos, q_pos], 1)
-        rows = torch.tensor(list(keep_rows), dtype=torch.long, device=q_pos.device)
-        keep, positions = keep[rows], positions[rows]
-        counts = keep.sum(1)
-        width = int(counts.max()) if len(keep_rows) else 0
-        # left-pad each row's kept columns: invalid padding first, then the kept columns in order
-        order = torch.argsort(keep.to(torch.int8), dim=1, stable=True)[:, keep.shape[1] - width :]
-        all_rows = len(keep_rows) == self.pos.shape[0]
+
+        A row's stored columns are a prefix of its queries, so the cache keeps the first ``m`` new
+        columns (``m`` = the most any row stored) with ``crop`` and marks the rest of each row's
+        invalid; finished rows leave with one batch index. Only when more than half of the kept
+        columns are invalid is each row's cache regathered, left-padded, into the width it needs."""
+        stored = q_valid & (q_pos < torch.tensor(list(store), device=q_pos.device)[:, None])
+        new = stored.sum(1)
+        m = int(new.max()) if new.numel() else 0
+        self.cache.crop(self.pos.shape[1] + m - self.cache.get_seq_length())  # a count <= 0: drop the rest
+        self.pos, self.valid = torch.cat([self.pos, q_pos[:, :m]], 1), torch.cat([self.valid, stored[:, :m]], 1)
+        counts = [c + n for c, n in zip(self._counts, new.tolist())]
+        if len(keep_rows) < self.pos.shape[0]:
+            rows = torch.tensor(list(keep_rows), dtype=torch.long, device=q_pos.device)
+            for layer in self.cache.layers:
+                if layer.is_initialized:
+                    layer.keys, layer.values = layer.keys[rows], layer.values[rows]
+            self.pos, self.valid = self.pos[rows], self.valid[rows]
+            counts = [counts[r] for r in keep_rows]
+        self._counts = counts
+        if counts and 2 * sum(counts) < len(counts) * self.pos.shape[1]:
+            self._compact()
+
+    def _compact(self) -> None:
+        """Regather every row's valid columns, left-padded, into the width the widest row needs."""
+        width = max(self._counts)
+        order = torch.argsort(self.valid.to(torch.int8), dim=1, stable=True)[:, self.valid.shape[1] - width :]
         for layer in self.cache.layers:
-            keys, values = (layer.keys, layer.values) if all_rows else (layer.keys[rows], layer.values[rows])
-            index = order[:, None, :, None].expand(-1, keys.shape[1], -1, keys.shape[-1])
-            layer.keys, layer.values = keys.gather(2, index), values.gather(2, index)
-        self.pos, self.valid = positions.gather(1, order), keep.gather(1, order)
-        self._counts = counts.tolist()
+            if layer.is_initialized:
+                index = order[:, None, :, None].expand(-1, layer.keys.shape[1], -1, layer.keys.shape[-1])
+                layer.keys, layer.values = layer.keys.gather(2, index), layer.values.gather(2, index)
+        self.pos, self.valid = self.pos.gather(1, order), self.valid.gather(1, order)
 
     def copy_row(self, dst: int, src: int) -> None:
         """Row ``dst`` becomes a copy of row ``src`` (keys, values, positions, validity)."""

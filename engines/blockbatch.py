@@ -367,8 +367,8 @@ class BlockBatchEngine(BlockDiffusionEngine):
         """Rule 4 and stop strings: retire complete blocks; the request ends when a branch ends."""
         for br in req.branches:
             self.retire(br, cfg)
-            if br.result is None and req.prompt.stop:
-                self.stop_at_string(br, cfg)
+            if req.prompt.stop:
+                self.stop_at_string(br, req.prompt.stop, cfg)
         ended = [br for br in req.branches if br.result is not None]
         if not ended:
             return
@@ -427,7 +427,7 @@ class BlockBatchEngine(BlockDiffusionEngine):
         win = req.winner
         out = win.result or []
         return Generation(
-            text=self._text(out),
+            text=self.output_text(win, req.prompt),
             tokens=len(out),
             forwards=req.forwards,
             extra={

@@ -5,16 +5,20 @@ run in float64 on a tiny random Llama with large weights (``tiny_folder`` in con
 predictions depend on the input, confidences spread over (0, 1) and steps commit several tokens.
 Laws about real decodes use the embedded model.
 """
+import dataclasses
+
 import pytest
 import torch
 from transformers import DynamicCache
 
 from pytest_redline.engines import modeling
 from pytest_redline.engines.base import Engine
-from pytest_redline.engines.block_diffusion import DEFAULTS, BlockDiffusionEngine
+from pytest_redline.engines.block_diffusion import DEFAULTS, BlockDiffusionEngine, BlockLifecycle
+from pytest_redline.engines.blockbatch import BlockBatchEngine
+from pytest_redline.engines.flowblock import FlowBlockEngine
 from pytest_redline.engines.modeling import block_causal_mask
 from pytest_redline.suites.arithmetic import ArithmeticSuite
-from pytest_redline.suites.base import Prompt
+from pytest_redline.suites.base import cut_at_stop
 
 import reference_decoders
 
@@ -220,3 +224,83 @@ def test_protocol_describe_fingerprint(embedded):
 def test_clear_errors_bad_config(tiny, config, message):
     with pytest.raises(ValueError, match=message):
         tiny.generate(PROMPTS[:1], config)
+
+
+ENGINES = {"block_diffusion": BlockDiffusionEngine, "flowblock": FlowBlockEngine, "blockbatch": BlockBatchEngine}
+LIFECYCLE_CONFIGS = {
+    "block_diffusion": {"buffer_size": 3, "accept_threshold": 0.6, "add_block_threshold": 0.0},
+    "flowblock": {"window": 3, "spawn_threshold": 0.3, "accept_threshold": 0.6, "edit_threshold": 0.5},
+    "blockbatch": {"block_sizes": [4, 8], "accept_threshold": 0.6, "merge_threshold": 0.3, "sync_lag": 3, "refresh_interval": 4},
+}
+
+
+@pytest.fixture(scope="module")
+def tiny_engines(tiny_folder, tiny):
+    return {
+        "block_diffusion": tiny,
+        "flowblock": FlowBlockEngine(model=tiny_folder, device="cpu", dtype="float64"),
+        "blockbatch": BlockBatchEngine(model=tiny_folder, device="cpu", dtype="float64"),
+    }
+
+
+def _final_end(state) -> int:
+    """The end of the final prefix: a request's ``final``, a BlockBatch branch's ``start``."""
+    return state.final if hasattr(state, "final") else state.start
+
+
+@pytest.mark.parametrize("name", ENGINES)
+def test_protocol_block_lifecycle(tiny_engines, monkeypatch, name):
+    """Each engine implements the block life cycle and overrides no private method of the
+    multi-block engine. Observed through the four calls: admitted and retired blocks come in
+    increasing order, commits never land in the final prefix, and an ended request (or branch)
+    sees no further call."""
+    engine, cls = tiny_engines[name], ENGINES[name]
+    assert isinstance(engine, BlockLifecycle)
+    private = {n for n in vars(cls) if n.startswith("_") and not n.startswith("__") and hasattr(BlockDiffusionEngine, n)}
+    assert cls is BlockDiffusionEngine or not private, private
+    events = {}
+
+    def spy(method):
+        original = getattr(engine, method)
+
+        def wrapped(state, *args):
+            log = events.setdefault(id(state), {"admit": [], "retire": [], "ended": False})
+            assert not log["ended"] or method == "commit" and not args[0], (method, log)
+            if method == "commit":
+                end = _final_end(state)
+                committed = original(state, *args)
+                assert all(p >= end for p, _ in committed)
+                return committed
+            out = original(state, *args)
+            if method in ("admit", "retire"):
+                log[method] += out
+                assert log[method] == sorted(set(log[method]))
+            if method == "retire":
+                log["ended"] = state.result is not None
+            return out
+
+        monkeypatch.setattr(engine, method, wrapped)
+
+    for method in ("admit", "step", "commit", "retire"):
+        spy(method)
+    gens = engine.generate(PROMPTS, {**LIFECYCLE_CONFIGS[name], **SHORT})
+    assert all(g.finish_reason in ("eos", "length") for g in gens)
+    assert sum(len(log["retire"]) for log in events.values()) > len(PROMPTS)
+
+
+@pytest.mark.parametrize("name", ENGINES)
+def test_stop_string_cuts_output_tokens_forwards(tiny_engines, name):
+    """With a stop string taken from each prompt's own output, the request ends at its first
+    occurrence: the text before it, finish_reason "stop", tokens up to the stop string's last
+    token (a character tokenizer: one token per character), no more forwards than without stop;
+    where the output cannot change once resolved (all but BlockBatch, whose winner may change),
+    the text is the unstopped text cut at the stop."""
+    engine, config = tiny_engines[name], {**LIFECYCLE_CONFIGS[name], **SHORT}
+    plain = engine.generate(PROMPTS, config)
+    stops = [(g.text[3:5],) for g in plain]
+    stopped = engine.generate([dataclasses.replace(p, stop=s) for p, s in zip(PROMPTS, stops)], config)
+    for g, s, p in zip(stopped, stops, plain):
+        assert s[0] not in g.text and g.finish_reason == "stop" and g.forwards <= p.forwards
+        assert g.tokens == len(g.text) + len(s[0])
+        if name != "blockbatch":
+            assert g.text == cut_at_stop(p.text, s)[0]
