@@ -1,73 +1,110 @@
-"""Benchmark for a lent GPU: tokens per second and TPF ratios of the embedded grid's configs.
+"""Benchmark for a lent GPU: tokens/s, TPF and peak memory per config of a grid, as the gate builds it.
 
-    python benchmarks/gpu_block_diffusion.py                    # CUDA + bfloat16 when available
-    python benchmarks/gpu_block_diffusion.py --device cpu --n 64  # the same script on the CPU
+    python benchmarks/gpu_block_diffusion.py --grid grids/sdar.yaml                 # CUDA + bfloat16 when available
+    python benchmarks/gpu_block_diffusion.py --grid redline.yaml --device cpu --n 64   # the same on the CPU
 
-Loads the grid's model on ``--device`` (``auto``: CUDA when available) with ``--dtype``
-(``auto``: bfloat16 on CUDA, float32 on the CPU), warms up on one batch, then decodes the
-calibration prompts with every config, in the grid's batch size, and prints per config the
-generated tokens per second (wall clock, synchronised), TPF, and both as ratios to the reference,
-with the card, dtype and date.
+The grid is read as the gate reads it (pytest_redline.calibration.prepare): its suite and
+suite_args, its engine_args whole (model, trust_remote_code, threads, mask_token_id, seed, ...) and
+each config's own ``engine:``/``engine_args:``; only ``device`` and ``dtype`` are overridden (on
+every config) by ``--device``/``--dtype``. Each distinct engine is built once and warmed up on
+one batch; then every config decodes the prompts in the grid's batch size. Per config it prints
+the generated tokens per second (wall clock, synchronised), TPF (tokens / forwards), both as
+ratios to the reference's, and the peak memory (CUDA: ``max_memory_allocated`` since the
+config started; CPU: the process's peak RSS so far, which only grows), with the card, dtype,
+torch version and date. On a lent GPU, for all four tiny families:
+
+    python benchmarks/make_tiny_checkpoints.py build/tiny && for g in sdar dream llada diffusion_gemma; do python benchmarks/gpu_block_diffusion.py --grid grids/$g.yaml --dtype bfloat16; done
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
+import resource
+import sys
 import time
 from pathlib import Path
 
 import torch
-import yaml
-
-from pytest_redline.engines.block_diffusion import BlockDiffusionEngine
-from pytest_redline.suites.arithmetic import ArithmeticSuite
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def timed(engine, prompts, params, batch_size):
-    if engine.device.type == "cuda":
-        torch.cuda.synchronize()
+def load(args):
+    """(grid, calibration, {config: engine}) with device and dtype overridden on every config."""
+    from pytest_redline.calibration import Level, prepare
+    from pytest_redline.enginebook import EngineBook
+    from pytest_redline.grid import load_grid
+
+    grid = load_grid(args.grid)
+    override = {"device": args.device, "dtype": args.dtype}
+    configs = tuple(
+        dataclasses.replace(spec, engine_args={**spec.engine_args, **override}) if spec.engine_args else spec
+        for spec in grid.configs or ()
+    )
+    grid = dataclasses.replace(grid, engine_args={**grid.engine_args, **override}, configs=configs)
+    if args.n:
+        grid = dataclasses.replace(grid, suite_args={**grid.suite_args, "n": args.n})
+    # a benchmark certifies nothing: a lax alpha keeps prepare()'s n check out of the way of a small --n
+    level = Level(alpha=0.99, delta=grid.delta or 0.1, grids_in_session=1, correction="holm", deploy_override=None)
+    cal = prepare(grid, grid.name, level, EngineBook())
+    book = EngineBook()
+    return grid, cal, {name: book.get(*cal.engines[name]) for name in cal.configs}
+
+
+def device_of(engine) -> torch.device:
+    return torch.device(getattr(engine, "device", "cpu"))
+
+
+def peak_memory_gb(device: torch.device) -> float:
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**30
+    rss_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    return rss_kb / 2**20
+
+
+def run(engine, prompts, params, batch_size):
+    """(tokens/s, TPF, peak GB) of decoding ``prompts`` in the gate's batches."""
+    device = device_of(engine)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
     start = time.perf_counter()
     gens = []
     for i in range(0, len(prompts), batch_size):
         gens += engine.generate(prompts[i : i + batch_size], params)
-    if engine.device.type == "cuda":
-        torch.cuda.synchronize()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
     wall = time.perf_counter() - start
     tokens = sum(g.tokens for g in gens)
-    return tokens / wall, tokens / sum(g.forwards for g in gens)
+    return tokens / wall, tokens / max(sum(g.forwards for g in gens), 1), peak_memory_gb(device)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--grid", default=str(ROOT / "redline.yaml"))
     parser.add_argument("--device", default="auto")
-    parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--dtype", default="auto", help="auto: bfloat16 on CUDA, float32 on the CPU")
     parser.add_argument("--n", type=int, default=None, help="prompts (default: the grid's suite_args.n)")
     args = parser.parse_args()
-    grid_path = Path(args.grid)
-    grid = yaml.safe_load(grid_path.read_text())
-    suite_args = dict(grid.get("suite_args", {}))
-    if args.n:
-        suite_args["n"] = args.n
-    prompts = ArithmeticSuite(**suite_args).prompts()
-    model = (grid_path.parent / grid.get("engine_args", {}).get("model", "engines/models/bd-tiny")).resolve()
-    engine = BlockDiffusionEngine(model=model, device=args.device, dtype=args.dtype)
-    batch_size = grid.get("batch_size", 8)
-    card = torch.cuda.get_device_name(engine.device) if engine.device.type == "cuda" else "cpu"
-    info = engine.describe()
-    print(f"{datetime.date.today()}  {card}  {info['dtype']}  torch {info['torch']}  "
-          f"{len(prompts)} prompts, batch {batch_size}")
-
-    names = list(grid["configs"])
-    engine.generate(prompts[:batch_size], grid["configs"][grid["reference"]])  # warm-up
-    results = {name: timed(engine, prompts, grid["configs"][name], batch_size) for name in names}
-    ref_tps, ref_tpf = results[grid["reference"]]
-    print(f"{'config':<16}{'tokens/s':>10}{'x ref':>8}{'TPF':>7}{'x ref':>8}")
-    for name in names:
-        tps, tpf = results[name]
-        print(f"{name:<16}{tps:>10.0f}{tps / ref_tps:>8.3f}{tpf:>7.2f}{tpf / ref_tpf:>8.3f}")
+    grid, cal, engines = load(args)
+    prompts = list(cal.prompts)
+    batch_size = grid.batch_size
+    for name in {id(e): name for name, e in engines.items()}.values():  # warm-up, once per engine
+        engines[name].generate(prompts[:batch_size], cal.params[name])
+    first = engines[cal.reference]
+    device = device_of(first)
+    card = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    info = first.describe() if hasattr(first, "describe") else {}
+    print(f"{datetime.date.today()}  {grid.name}  {card}  {info.get('dtype', '?')}  torch {torch.__version__}  "
+          f"threads {torch.get_num_threads()}  {len(prompts)} prompts, batch {batch_size}  python {sys.version.split()[0]}")
+    results = {name: run(engines[name], prompts, cal.params[name], batch_size) for name in cal.configs}
+    ref_tps, ref_tpf, _ = results[cal.reference]
+    memory = "peak GB (CUDA)" if device.type == "cuda" else "peak RSS GB"
+    print(f"{'config':<26}{'engine':<16}{'tokens/s':>10}{'x ref':>8}{'TPF':>8}{'x ref':>8}{memory:>16}")
+    for name in cal.configs:
+        tps, tpf, peak = results[name]
+        print(f"{name:<26}{cal.engines[name][0]:<16}{tps:>10.1f}{tps / ref_tps:>8.3f}{tpf:>8.3f}{tpf / ref_tpf:>8.3f}{peak:>16.3f}")
 
 
 if __name__ == "__main__":
