@@ -18,7 +18,7 @@ import numpy as np
 from scipy import special
 
 from pytest_redline.checks import open_unit, positive_int
-from pytest_redline.risk import _critical, _pvalue
+from pytest_redline.risk import _critical, _pvalue, _scalar
 
 __all__ = ["power", "prompts_needed", "prompts_needed_approx"]
 
@@ -42,8 +42,7 @@ def power(n: Any, alpha: float, true_risk: float, level: float) -> float | np.nd
     alpha = open_unit("alpha", alpha)
     level = open_unit("level", level)
     true_risk = _risk_below("true_risk", true_risk, 1.0)
-    out = _power(n_arr.astype(np.int64), alpha, true_risk, level)
-    return float(out) if out.ndim == 0 else out
+    return _scalar(_power(n_arr.astype(np.int64), alpha, true_risk, level))
 
 
 def _risk_below(name: str, value: Any, bound: float) -> float:

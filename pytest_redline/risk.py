@@ -77,6 +77,19 @@ def _counts(name: str, value: Any, n: int) -> np.ndarray:
     return v
 
 
+def _binomial(v: Any, n: Any, name: str, p: Any) -> tuple[np.ndarray, int, float]:
+    """The arguments of a binomial tail or bound: counts ``v`` in [0, n], n >= 1, and the
+    probability ``name`` in (0, 1); checked in the order n, ``name``, v."""
+    n = positive_int("n", n)
+    p = open_unit(name, p)
+    return _counts("v", v, n), n, p
+
+
+def _scalar(out: np.ndarray) -> float | np.ndarray:
+    """A 0-d result as a float; arrays as they are (the functions vectorize over counts)."""
+    return float(out) if out.ndim == 0 else out
+
+
 def _p_values(name: str, value: Any) -> np.ndarray:
     p = np.asarray(value, dtype=float)
     if p.ndim != 1:
@@ -191,11 +204,8 @@ def binom_pvalue(v: Any, n: int, alpha: float) -> float | np.ndarray:
     >>> round(binom_pvalue(0, 10, 0.1), 6)
     0.348678
     """
-    n = positive_int("n", n)
-    alpha = open_unit("alpha", alpha)
-    v = _counts("v", v, n)
-    p = _pvalue(v, n, alpha)
-    return float(p) if p.ndim == 0 else p
+    v, n, alpha = _binomial(v, n, "alpha", alpha)
+    return _scalar(_pvalue(v, n, alpha))
 
 
 def binom_logpvalue(v: Any, n: int, alpha: float) -> float | np.ndarray:
@@ -206,11 +216,8 @@ def binom_logpvalue(v: Any, n: int, alpha: float) -> float | np.ndarray:
     the absolute error of log Gamma(n + 1), about 1e-16 * log(n!). For example
     ``binom_logpvalue(0, 100_000, 0.3) == 100_000 * log(0.7) = -35667.49...``.
     """
-    n = positive_int("n", n)
-    alpha = open_unit("alpha", alpha)
-    v = _counts("v", v, n)
-    out = _logcdf(v, n, np.asarray(alpha))
-    return float(out) if out.ndim == 0 else out
+    v, n, alpha = _binomial(v, n, "alpha", alpha)
+    return _scalar(_logcdf(v, n, np.asarray(alpha)))
 
 
 # --------------------------------------------------------------------------- multiple testing
@@ -364,18 +371,13 @@ def clopper_pearson_upper(v: Any, n: int, level: float) -> float | np.ndarray:
     >>> round(clopper_pearson_upper(0, 100, 0.9), 4)
     0.0228
     """
-    n = positive_int("n", n)
-    level = open_unit("level", level)
-    v = _counts("v", v, n)
-    out = _cp_upper(v, n, level)
-    return float(out) if out.ndim == 0 else out
+    v, n, level = _binomial(v, n, "level", level)
+    return _scalar(_cp_upper(v, n, level))
 
 
 def clopper_pearson_interval(v: Any, n: int, confidence: float = 0.95) -> ConfidenceInterval:
     """Two-sided exact (Clopper-Pearson) interval, as scipy's ``proportion_ci(method="exact")``."""
-    n = positive_int("n", n)
-    confidence = open_unit("confidence", confidence)
-    v = _counts("v", v, n)
+    v, n, confidence = _binomial(v, n, "confidence", confidence)
     side = 1.0 - (1.0 - confidence) / 2.0
     low, high = _cp_lower(v, n, side), _cp_upper(v, n, side)
     if low.ndim == 0:
