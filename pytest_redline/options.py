@@ -15,7 +15,7 @@ from pytest_redline.checks import CORRECTIONS, probability_arg
 
 DEFAULT_GRID = "redline.yaml"
 DEFAULT_CACHE_DIR = ".redline"
-PATH_OPTIONS = ("--redline-grid", "--redline-cache-dir", "--redline-report", "--redline-outcomes")
+PATH_OPTIONS = ("--redline-grid", "--redline-cache-dir", "--redline-report", "--redline-outcomes", "--redline-html")
 
 
 def seed_arg(text: str) -> int:
@@ -40,6 +40,8 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption("--redline-deploy", default=None, metavar="NAME",
                     help="override the grid's deploy: 'fastest' or the name of the config that must be certified")
     group.addoption("--redline-report", default=None, metavar="PATH", help="write the JSON report to PATH")
+    group.addoption("--redline-html", default=None, metavar="PATH",
+                    help="write the review page (one self-contained HTML file) to PATH")
     group.addoption("--redline-outcomes", default=None, metavar="PATH",
                     help="write the per-prompt outcome CSV to PATH (the replay engine reads it back)")
     group.addoption("--redline-correction", choices=CORRECTIONS, default=None,
@@ -58,6 +60,7 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini("redline_correction", "default correction: holm or bonferroni", default="")
     parser.addini("redline_cache_dir", "folder of the outcome store", default="")
     parser.addini("redline_report", "default path of the JSON report", default="")
+    parser.addini("redline_html", "default path of the HTML review page", default="")
     parser.addini("redline_outcomes", "default path of the outcome CSV", default="")
     parser.addini("redline_seed", "seed of the candidates' prompt order (default 0)", default="")
 
@@ -77,6 +80,7 @@ class GateOptions:
     no_cache: bool
     full: bool = False
     seed: int = 0
+    html: Path | None = None
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> "GateOptions":
@@ -96,6 +100,7 @@ class GateOptions:
             no_cache=bool(opt("redline_no_cache")),
             full=bool(opt("redline_full")),
             seed=opt("redline_seed") if opt("redline_seed") is not None else _ini_seed(config),
+            html=_path(opt("redline_html"), here) or _path(config.getini("redline_html"), root),
         )
 
 

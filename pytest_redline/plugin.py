@@ -33,6 +33,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(GateHooks(gate, worker), "redline-gate")
     if config.pluginmanager.hasplugin("xdist") and not worker:
         config.pluginmanager.register(XdistHooks(gate), "redline-xdist")
+    if config.pluginmanager.hasplugin("html") and not worker:
+        config.pluginmanager.register(PytestHtmlHooks(gate), "redline-pytest-html")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -96,3 +98,16 @@ class XdistHooks:
 
     def pytest_testnodedown(self, node, error) -> None:
         self.gate.merge_worker_output(getattr(node, "workeroutput", {}))
+
+
+class PytestHtmlHooks:
+    """pytest-html's extras (registered only when pytest-html is installed): the verdict
+    and a link to the review page in its summary."""
+
+    def __init__(self, gate: "Gate") -> None:
+        self.gate = gate
+
+    def pytest_html_results_summary(self, prefix, summary, postfix, session) -> None:
+        from pytest_redline.review import summary_lines
+
+        prefix.extend(summary_lines(self.gate.verdicts, self.gate.options.html))

@@ -255,6 +255,9 @@ def grid_report(v: GridVerdict) -> dict[str, Any]:
     out.update({
         "grid": cal.grid.name,
         "grid_file": cal.label,
+        # the suite and what scored it (a code suite's version names its sandbox, e.g. an opted-in "process")
+        "suite": None if cal.suite is None else {"name": cal.grid.suite, "args": dict(cal.grid.suite_args),
+                                                 "version": str(getattr(cal.suite, "version", ""))},
         "alpha": cal.alpha,
         "delta": cal.delta,
         "delta_share": cal.delta_share,
@@ -339,7 +342,7 @@ def session_report(verdicts: Sequence[GridVerdict]) -> dict[str, Any]:
 
 
 def write_json(path: str | os.PathLike, verdicts: Sequence[GridVerdict]) -> None:
-    _atomic_write(Path(path), json.dumps(session_report(verdicts), indent=2) + "\n")
+    atomic_write(Path(path), json.dumps(session_report(verdicts), indent=2) + "\n")
 
 
 # --------------------------------------------------------------------------- CSV
@@ -366,12 +369,17 @@ def write_outcomes(path: str | os.PathLike, verdicts: Sequence[GridVerdict]) -> 
     return lines
 
 
-def _atomic_write(path: Path, text: str) -> None:
+def atomic_write(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file and a rename, with the permissions
+    an ordinary new file gets (mkstemp's are owner-only, which CI artifact upload can trip on)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
+        umask = os.umask(0o022)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, path)
     except BaseException:
         os.unlink(tmp)

@@ -55,6 +55,7 @@ class Gate:
         self.decode_seconds: dict[str, dict[str, float]] = {}  # per grid and config, summed over xdist workers
         self.fallbacks: dict[str, str] = {}  # per grid: why scheduling could not hold
         self.exitstatus: int = 1  # what the process returns, once finish() has decided it
+        self.command: list[str] = []  # the command line, for the review page's provenance
         self._first_error: dict[str, str] = {}  # error message -> the item that reported it in full
 
     # ------------------------------------------------------------------ start and stop
@@ -79,6 +80,12 @@ class Gate:
                 f"--redline-outcomes writes complete outcome tables, but the schedule skips items that cannot "
                 f"change the verdict ({', '.join(live)}): add --redline-full to decode every config on every prompt"
             )
+        if options.html is not None:
+            from pytest_redline.review import check_writable
+
+            why = check_writable(options.html)
+            if why:
+                raise pytest.UsageError(f"--redline-html: cannot write the review page: {why}")
         shared = getattr(config, "workerinput", {}).get(PAYLOAD)  # from the xdist controller
         temp_dir = None
         if shared and shared["store_dir"]:
@@ -92,8 +99,10 @@ class Gate:
         except StoreError as e:
             raise pytest.UsageError(str(e)) from None
         session_id = shared["session"] if shared else uuid.uuid4().hex
-        return cls(options, calibrations, engines, store, session_id, temp_dir, progress_writer(config),
+        gate = cls(options, calibrations, engines, store, session_id, temp_dir, progress_writer(config),
                    collect_only=bool(config.option.collectonly))
+        gate.command = ["pytest", *config.invocation_params.args]
+        return gate
 
     def worker_input(self) -> dict[str, Any]:
         """What workers need from the controller: the session id and a --redline-no-cache store."""
@@ -175,6 +184,11 @@ class Gate:
             self.file_notes.append(f"JSON report: {self.options.report}")
         if self.options.outcomes is not None:
             self.file_notes += report.write_outcomes(self.options.outcomes, self.verdicts)
+        if self.options.html is not None:
+            from pytest_redline import review
+
+            review.write_html(self.options.html, self.verdicts, review.provenance(self.command, self._calibrations.values(), self.engines))
+            self.file_notes.append(f"review page: {self.options.html}")
         if not all(v.certified for v in self.verdicts) and exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
             exitstatus = pytest.ExitCode.TESTS_FAILED
         self.exitstatus = int(exitstatus)

@@ -1,0 +1,450 @@
+"""The review page: one self-contained HTML file for the reviewer of a serving change.
+
+``pytest --redline-alpha=0.1 --redline-html=redline.html`` writes it at the end of the session,
+partial runs included (marked PARTIAL). It holds, per grid: the verdict in the mode's own terms,
+the table of configs (sortable), two inline SVG charts (risk upper bound against gain, with the
+alpha line; the gain deployed at each alpha, when the outcomes allow the sweep), every regression
+side by side (prompt, both outputs with the extracted answers marked and the rule that decided
+each, the gold answer), filterable by config and searchable, and the provenance of the run.
+
+Nothing is fetched: no CDN, no font, no image file. The page is built from the same objects as
+the JSON report (:func:`pytest_redline.report.grid_report`), plus the prompts of each grid, so it
+can never disagree with it. Standard library and numpy only.
+"""
+from __future__ import annotations
+
+import hashlib
+import html
+import json
+import math
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+SWEEP_ALPHAS = tuple(round(0.01 * k, 2) for k in range(1, 31))
+
+
+def render(verdicts: Sequence[Any], provenance: Mapping[str, Any]) -> str:
+    """The whole page for the session's grid verdicts."""
+    from pytest_redline.report import grid_report
+
+    sections = [_grid_section(v, grid_report(v), provenance.get("grids", {}).get(v.cal.label, {}), i)
+                for i, v in enumerate(verdicts)]
+    complete = all(v.complete for v in verdicts)
+    certified = all(v.certified for v in verdicts)
+    banner = "PARTIAL" if not complete else ("CERTIFIED" if certified else "NOT CERTIFIED")
+    return _PAGE.format(
+        title=html.escape(f"redline: {banner}: " + ", ".join(v.cal.grid.name for v in verdicts)),
+        style=_STYLE, script=_SCRIPT, banner_class=banner.lower().replace(" ", "-"), banner=banner,
+        sections="\n".join(sections), provenance=_session_provenance(provenance),
+    )
+
+
+def write_html(path: str | Path, verdicts: Sequence[Any], provenance: Mapping[str, Any]) -> None:
+    from pytest_redline.report import atomic_write
+
+    atomic_write(Path(path), render(verdicts, provenance))
+
+
+def check_writable(path: str | Path) -> str | None:
+    """Why ``path`` cannot be written (checked before any decoding), or None."""
+    target = Path(path)
+    folder = target.parent if str(target.parent) else Path(".")
+    if target.is_dir():
+        return f"{target} is a folder"
+    if not folder.is_dir():
+        return f"its folder {folder} does not exist"
+    import os
+
+    if not os.access(folder, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
+        return f"{target} is not writable"
+    return None
+
+
+# --------------------------------------------------------------------------- one grid
+
+
+def _grid_section(v: Any, rep: Mapping[str, Any], prov: Mapping[str, Any], index: int) -> str:
+    cal = v.cal
+    parts = [f'<section class="grid" id="grid-{index}">',
+             f"<h2>{_e(cal.grid.name)} <small>{_e(cal.label)}</small></h2>",
+             _verdict_box(v, rep), _config_table(rep),
+             '<div class="charts">', _risk_chart(rep), _sweep_chart(v, rep), "</div>",
+             _regressions(v, rep, index), _grid_provenance(cal, rep, prov), "</section>"]
+    return "\n".join(parts)
+
+
+def _verdict_box(v: Any, rep: Mapping[str, Any]) -> str:
+    mode = rep["deploy_mode"]
+    if not rep["complete"]:
+        head, cls = "PARTIAL: nothing is certified", "partial"
+    elif mode == "gate":
+        ok = rep["certified"]
+        head = f"{rep['deploy']} is {'CERTIFIED' if ok else 'NOT CERTIFIED'}"
+        cls = "certified" if ok else "not-certified"
+    elif mode == "all":
+        head = "every candidate is CERTIFIED" if rep["certified"] else (
+            "NOT CERTIFIED: " + ", ".join(rep["not_certified"]))
+        cls = "certified" if rep["certified"] else "not-certified"
+    else:
+        head, cls = f"deploy {rep['deployed']}", "certified" if rep["certified"] else "not-certified"
+    facts = [
+        ("mode", {"gate": "gate (the pull request's config must be certified)", "all": "all (every candidate must be certified)",
+                  "select": "select (the fastest valid config is deployed)"}.get(mode, mode)),
+        ("alpha", _num(rep["alpha"])), ("delta", _num(rep["delta"]) + (
+            f" (this grid's share: {_num(rep['delta_share'])})" if rep.get("delta_share") != rep["delta"] else "")),
+        ("n prompts", rep["n"]), ("m configs", rep["m"]), ("correction", rep["correction"]),
+        ("reference", rep["reference"]), ("deployed", rep["deployed"]),
+        ("best valid", rep.get("best_valid")), ("alpha_min", _num(rep.get("alpha_min"))),
+        ("outcomes", f"{rep['outcomes']['reused']} reused from the store, {rep['outcomes']['decoded']} decoded"),
+    ]
+    spend = rep.get("spend") or {}
+    if spend.get("naive_forwards"):
+        facts.append(("GPU spend", f"{spend.get('forwards', 0):,.0f} forwards against {spend['naive_forwards']:,.0f} "
+                                   f"for the naive grid ({_num(spend.get('ratio'))}x)"))
+    if rep.get("missing"):
+        facts.append(("missing items", f"{len(rep['missing'])} (first: {rep['missing'][0]['config']} :: "
+                                       f"{rep['missing'][0]['prompt']}, {rep['missing'][0]['reason']})"))
+    if rep.get("error"):
+        facts.append(("error", rep["error"]))
+    rows = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in facts if v not in (None, "", "None"))
+    return f'<div class="verdict {cls}"><p class="head">{_e(head)}</p><table class="facts">{rows}</table></div>'
+
+
+COLUMNS = (("config", "name"), ("params", "params"), ("V", "violations"), ("risk upper", "risk_upper"),
+           ("p-value", "p_value"), ("Holm p", "p_adjusted"), ("valid", "valid"), ("accuracy", "accuracy"),
+           ("cost", "cost"), ("gain", "gain"), ("decode s", "decode_seconds"))
+
+
+def _config_table(rep: Mapping[str, Any]) -> str:
+    head = "".join(f'<th data-col="{i}">{_e(label)}</th>' for i, (label, _) in enumerate(COLUMNS))
+    body = []
+    for c in rep["configs"]:
+        marks = []
+        if c["name"] == rep["reference"]:
+            marks.append("reference")
+        if c["name"] == rep["deployed"]:
+            marks.append("deployed")
+        if c["name"] in rep.get("not_certified", ()) or (c.get("valid") is False and c["name"] != rep["reference"]):
+            marks.append("not-valid")
+        cells = []
+        for _, key in COLUMNS:
+            value = c.get(key)
+            if key == "params":
+                text = json.dumps(value, sort_keys=True)
+            elif key == "violations" and c.get("violations_bound") in ("lower", "upper"):
+                text = (">= " if c["violations_bound"] == "lower" else "<= ") + str(value)
+            elif key == "risk_upper" and value is not None:
+                text = f"{value:.4f} {'<=' if value <= rep['alpha'] else '>'} {rep['alpha']}"
+            elif key == "valid":
+                text = "valid" if value else ("NOT valid" if value is not None else "")
+            elif key == "gain" and value is not None:
+                text = f"{value:.3g}x" if rep.get("direction") == "lower" else f"{value:+.1f}%"
+            else:
+                text = _num(value) if isinstance(value, float) else ("" if value is None else str(value))
+            sort = value if isinstance(value, (int, float)) and not isinstance(value, bool) else text
+            cells.append(f'<td data-sort="{_e(sort)}">{_e(text)}</td>')
+        label = " ".join(marks)
+        body.append(f'<tr class="{label}" title="{_e(label)}">{"".join(cells)}</tr>')
+    note = ("Marks: reference (R), deployed (*), NOT valid (not certified). Accuracy, cost and gain are "
+            "all-prompt figures; empty where a config was not decoded on every prompt (the JSON report has "
+            "the subset figures). Click a header to sort.")
+    return (f'<table class="configs sortable"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+            f'<p class="note">{_e(note)}</p>')
+
+
+# --------------------------------------------------------------------------- charts (inline SVG)
+
+W, H, PAD = 460, 260, 44
+
+
+def _axes(xmin: float, xmax: float, ymin: float, ymax: float, xlabel: str, ylabel: str) -> tuple[Any, Any, str]:
+    xmax = xmax if xmax > xmin else xmin + 1
+    ymax = ymax if ymax > ymin else ymin + 1
+    sx = lambda x: PAD + (x - xmin) / (xmax - xmin) * (W - 2 * PAD)  # noqa: E731
+    sy = lambda y: H - PAD - (y - ymin) / (ymax - ymin) * (H - 2 * PAD)  # noqa: E731
+    ticks = []
+    for k in range(5):
+        x = xmin + k * (xmax - xmin) / 4
+        y = ymin + k * (ymax - ymin) / 4
+        ticks.append(f'<text x="{sx(x):.1f}" y="{H - PAD + 16}" class="tick" text-anchor="middle">{x:.3g}</text>')
+        ticks.append(f'<text x="{PAD - 6}" y="{sy(y) + 4:.1f}" class="tick" text-anchor="end">{y:.3g}</text>')
+    frame = (f'<line x1="{PAD}" y1="{H - PAD}" x2="{W - PAD}" y2="{H - PAD}" class="axis"/>'
+             f'<line x1="{PAD}" y1="{PAD}" x2="{PAD}" y2="{H - PAD}" class="axis"/>'
+             f'<text x="{W / 2}" y="{H - 8}" text-anchor="middle" class="label">{_e(xlabel)}</text>'
+             f'<text x="12" y="{H / 2}" text-anchor="middle" class="label" transform="rotate(-90 12 {H / 2})">{_e(ylabel)}</text>'
+             + "".join(ticks))
+    return sx, sy, frame
+
+
+def _risk_chart(rep: Mapping[str, Any]) -> str:
+    points = [(c["name"], c.get("gain"), c.get("risk_upper")) for c in rep["configs"]]
+    points = [(n, g, r) for n, g, r in points if _finite(g) and _finite(r)]
+    if not points:
+        return '<figure class="chart"><figcaption>Risk against gain: no config has both figures.</figcaption></figure>'
+    alpha = rep["alpha"]
+    gains, risks = [g for _, g, _ in points], [r for _, _, r in points]
+    sx, sy, frame = _axes(min(gains + [0.0]), max(gains + [0.0]), 0.0, max(risks + [alpha]) * 1.1,
+                          f"gain ({rep['cost']})", "risk upper bound")
+    dots = []
+    for name, g, r in points:
+        cls = "dot ok" if r <= alpha else "dot bad"
+        dots.append(f'<circle cx="{sx(g):.1f}" cy="{sy(r):.1f}" r="4" class="{cls}"><title>{_e(name)}: gain {g:.3g}, '
+                    f'risk upper {r:.4f}</title></circle>'
+                    f'<text x="{sx(g) + 6:.1f}" y="{sy(r) - 5:.1f}" class="pt">{_e(name)}</text>')
+    line = (f'<line x1="{PAD}" y1="{sy(alpha):.1f}" x2="{W - PAD}" y2="{sy(alpha):.1f}" class="alpha"/>'
+            f'<text x="{W - PAD}" y="{sy(alpha) - 4:.1f}" text-anchor="end" class="alpha-label">alpha = {alpha}</text>')
+    return (f'<figure class="chart"><svg viewBox="0 0 {W} {H}" role="img" aria-label="risk against gain">{frame}{line}'
+            f'{"".join(dots)}</svg><figcaption>Each config\'s risk upper bound (Clopper-Pearson, 1 - delta) '
+            f'against its gain over the reference; the line is alpha.</figcaption></figure>')
+
+
+def sweep_points(v: Any) -> list[tuple[float, str, float]] | None:
+    """(alpha, deployed config, its gain) at each alpha of :data:`SWEEP_ALPHAS`, from the
+    session's own outcomes; None when they do not allow it (a partial or scheduled live run,
+    whose stops were decided at this alpha only)."""
+    if v.result is None or v.table is None:
+        return None
+    from pytest_redline import risk
+
+    r = v.result
+    results = risk.sweep(v.table.correct, r.cost, r.reference_index, SWEEP_ALPHAS, v.cal.delta_share,
+                         names=r.names, lower_is_better=r.lower_is_better, correction=r.correction,
+                         gain=r.gain_kind)
+    return [(s.alpha, s.deployed, float(s.gain[s.deployed_index])) for s in results]
+
+
+def _sweep_chart(v: Any, rep: Mapping[str, Any]) -> str:
+    try:
+        points = sweep_points(v)
+    except ValueError as e:  # an outcome table the sweep cannot take: say so, never fail the page
+        return f'<figure class="chart"><figcaption>The alpha sweep is not available: {_e(e)}</figcaption></figure>'
+    if not points:
+        why = ("the run was partial" if not rep["complete"] else
+               "a scheduled live run decided its early stops at this alpha only; run with --redline-full for the sweep")
+        return f'<figure class="chart"><figcaption>The alpha sweep is not shown: {_e(why)}.</figcaption></figure>'
+    gains = [g for _, _, g in points]
+    sx, sy, frame = _axes(0.0, max(a for a, _, _ in points), min(gains + [0.0]), max(gains + [0.0]) or 1.0,
+                          "alpha", f"gain deployed ({rep['cost']})")
+    path = " ".join(f"{'M' if i == 0 else 'L'}{sx(a):.1f},{sy(g):.1f}" for i, (a, _, g) in enumerate(points))
+    marks = "".join(f'<circle cx="{sx(a):.1f}" cy="{sy(g):.1f}" r="2.5" class="dot ok"><title>alpha {a}: deploy {_e(d)} '
+                    f'({g:.3g})</title></circle>' for a, d, g in points)
+    now = (f'<line x1="{sx(rep["alpha"]):.1f}" y1="{PAD}" x2="{sx(rep["alpha"]):.1f}" y2="{H - PAD}" class="alpha"/>'
+           if rep["alpha"] <= points[-1][0] else "")
+    return (f'<figure class="chart"><svg viewBox="0 0 {W} {H}" role="img" aria-label="alpha sweep">{frame}{now}'
+            f'<path d="{path}" class="sweep"/>{marks}</svg><figcaption>The gain of the config deployed at each alpha '
+            f'from 0.01 to 0.30, from this run\'s outcomes (no decoding); the line is this run\'s alpha.</figcaption></figure>')
+
+
+# --------------------------------------------------------------------------- regressions
+
+
+def _regressions(v: Any, rep: Mapping[str, Any], index: int) -> str:
+    regressions = rep.get("regressions") or []
+    prompts = {p.id: p for p in v.cal.prompts}
+    configs = sorted({r["config"] for r in regressions}, key=list(v.cal.configs).index)
+    options = "".join(f'<option value="{_e(c)}">{_e(c)}</option>' for c in configs)
+    head = (f'<h3>Regressions: {len(regressions)}</h3><div class="filters"><label>config <select class="rx-config">'
+            f'<option value="">all</option>{options}</select></label> <label>search <input class="rx-search" '
+            f'type="search" placeholder="prompt id or text"></label></div>')
+    if not regressions:
+        return head + "<p>None: no config broke a prompt that the reference answers correctly.</p>"
+    blocks = []
+    for config in configs:
+        items = [r for r in regressions if r["config"] == config]
+        cards = "".join(_regression_card(r, prompts.get(r["prompt"]), rep["reference"]) for r in items)
+        blocks.append(f'<details class="rx-group" data-config="{_e(config)}"><summary>{_e(config)}: {len(items)} '
+                      f'regression{"s" * (len(items) != 1)}</summary>{cards}</details>')
+    return head + "".join(blocks)
+
+
+def _regression_card(r: Mapping[str, Any], prompt: Any, reference: str) -> str:
+    text = "" if prompt is None else (prompt.text or "\n".join(f"{m.get('role')}: {m.get('content')}" for m in prompt.messages))
+    gold = _gold(prompt)
+    replayed = not (r.get("reference_answer") or r.get("candidate_answer"))
+    if replayed:
+        body = ('<p class="note">A replayed grid records only correctness: there are no outputs to show.</p>')
+    else:
+        body = ('<div class="side"><div><h5>reference (' + _e(reference) + ')</h5>'
+                + _output(r.get("reference_answer", ""), r.get("reference_extracted"), r.get("reference_rule"))
+                + '</div><div><h5>candidate (' + _e(r["config"]) + ')</h5>'
+                + _output(r.get("candidate_answer", ""), r.get("candidate_extracted"), r.get("candidate_rule"))
+                + "</div></div>")
+    search = f"{r['prompt']} {text}".lower()
+    return (f'<article class="rx" data-search="{_e(search)}"><h4>{_e(r["prompt"])}</h4>'
+            + (f"<pre class=\"prompt\">{_e(text)}</pre>" if text else "")
+            + (f'<p class="gold">gold: <code>{_e(gold)}</code></p>' if gold else "")
+            + body + "</article>")
+
+
+def _output(text: str, extracted: Any, rule: Any) -> str:
+    escaped = _e(text)
+    if extracted not in (None, ""):
+        needle = _e(str(extracted))
+        at = escaped.rfind(needle)
+        if at >= 0:
+            escaped = escaped[:at] + f"<mark>{needle}</mark>" + escaped[at + len(needle):]
+    answer = "no answer" if extracted in (None, "") else str(extracted)
+    return (f'<pre class="output">{escaped}</pre><p class="answer">answer: <mark>{_e(answer)}</mark>'
+            f' <span class="rule">rule: {_e(rule or "not reported")}</span></p>')
+
+
+def _gold(prompt: Any) -> str:
+    if prompt is None:
+        return ""
+    meta = dict(prompt.meta)
+    for key in ("answer", "gold"):
+        if meta.get(key) not in (None, ""):
+            return str(meta[key])
+    if meta.get("test"):
+        return str(meta["test"])
+    if meta.get("test_list"):
+        return "\n".join(map(str, meta["test_list"]))
+    return ""
+
+
+# --------------------------------------------------------------------------- provenance
+
+
+def file_sha256(path: str | Path) -> str | None:
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def _grid_provenance(cal: Any, rep: Mapping[str, Any], prov: Mapping[str, Any]) -> str:
+    rows = [("grid file", f"{cal.grid.path} (sha256 {file_sha256(cal.grid.path) or 'unreadable'})")]
+    suite = getattr(cal, "suite", None)
+    if suite is not None:
+        rows.append(("suite", f"{cal.grid.suite} {json.dumps(dict(cal.grid.suite_args), sort_keys=True)}; scoring version "
+                              f"{getattr(suite, 'version', '') or 'not reported'}"))
+    configs = prov.get("configs", {})
+    for name in cal.configs:
+        engine, args = cal.engines[name]
+        known = configs.get(name, {})
+        identity = known.get("identity")
+        line = f"{engine} {json.dumps(dict(args), sort_keys=True, default=str)}"
+        if identity:
+            line += f"; fingerprint {identity.get('fingerprint')}; runtime {json.dumps(identity.get('runtime', {}), sort_keys=True)}"
+        line += f"; store key {known.get('key') or 'not known here (computed where the config was decoded)'}"
+        rows.append((f"config {name}", line))
+    if rep.get("checkpoints"):
+        rows.append(("checkpoint values used", json.dumps(rep["checkpoints"], sort_keys=True)))
+    body = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in rows)
+    return f'<details class="provenance"><summary>Provenance</summary><table class="facts">{body}</table></details>'
+
+
+def _session_provenance(prov: Mapping[str, Any]) -> str:
+    rows = [(k, prov[k]) for k in ("command", "versions", "python", "host time") if prov.get(k)]
+    body = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v if isinstance(v, str) else json.dumps(v, sort_keys=True))}</td></tr>"
+                   for k, v in rows)
+    return f'<table class="facts">{body}</table>'
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _e(value: Any) -> str:
+    return html.escape("" if value is None else str(value), quote=True)
+
+
+def _finite(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _num(x: Any) -> str:
+    if x is None:
+        return ""
+    if isinstance(x, float):
+        return f"{x:.4g}" if x == x else "nan"
+    return str(x)
+
+
+_STYLE = """
+body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;color:#1d1d1f;background:#fafafa}
+header{padding:14px 24px;color:#fff}header.certified{background:#1f7a3a}header.not-certified{background:#b3261e}
+header.partial{background:#8a5a00}header h1{margin:0;font-size:22px}main{padding:8px 24px 40px}
+section.grid{background:#fff;border:1px solid #ddd;border-radius:6px;padding:8px 16px 16px;margin:16px 0}
+.verdict .head{font-size:18px;font-weight:600}.verdict.certified .head{color:#1f7a3a}
+.verdict.not-certified .head{color:#b3261e}.verdict.partial .head{color:#8a5a00}
+table{border-collapse:collapse}table.facts th{text-align:left;padding:2px 12px 2px 0;font-weight:500;color:#555;vertical-align:top}
+table.configs{margin-top:12px;width:100%}table.configs th,table.configs td{border-bottom:1px solid #eee;padding:4px 6px;text-align:right}
+table.configs th{cursor:pointer;background:#f2f2f2;user-select:none}table.configs td:first-child,table.configs td:nth-child(2){text-align:left}
+table.configs td:nth-child(2){font-family:ui-monospace,monospace;font-size:12px}
+tr.deployed td:first-child::after{content:" *";font-weight:700}tr.reference td:first-child::after{content:" R"}
+tr.deployed{background:#e8f5ec}tr.not-valid{background:#fdecea}.note{color:#666;font-size:12px}
+.charts{display:flex;flex-wrap:wrap;gap:12px}figure.chart{margin:8px 0;max-width:480px}svg{width:100%;height:auto}
+.axis{stroke:#444}.tick{font-size:10px;fill:#555}.label{font-size:11px;fill:#333}.alpha{stroke:#b3261e;stroke-dasharray:4 3}
+.alpha-label{font-size:10px;fill:#b3261e}.dot.ok{fill:#1f7a3a}.dot.bad{fill:#b3261e}.pt{font-size:9px;fill:#333}
+.sweep{fill:none;stroke:#1f5fa8;stroke-width:2}details{margin:6px 0}summary{cursor:pointer;font-weight:500}
+article.rx{border-top:1px solid #eee;padding:6px 0}.side{display:flex;gap:12px}.side>div{flex:1;min-width:0}
+pre{white-space:pre-wrap;word-break:break-word;background:#f6f6f6;padding:6px;border-radius:4px;margin:4px 0}
+mark{background:#ffe38a}.rule{color:#555;margin-left:8px}.filters{margin:6px 0}
+"""
+
+_SCRIPT = """
+document.querySelectorAll('table.sortable th').forEach(function(th){th.addEventListener('click',function(){
+ var table=th.closest('table'),body=table.tBodies[0],col=+th.dataset.col,asc=th.dataset.asc!=='1';
+ table.querySelectorAll('th').forEach(function(o){delete o.dataset.asc});th.dataset.asc=asc?'1':'0';
+ var rows=Array.prototype.slice.call(body.rows);rows.sort(function(a,b){
+  var x=a.cells[col].dataset.sort,y=b.cells[col].dataset.sort,nx=parseFloat(x),ny=parseFloat(y);
+  var c=(!isNaN(nx)&&!isNaN(ny))?nx-ny:String(x).localeCompare(String(y));return asc?c:-c});
+ rows.forEach(function(r){body.appendChild(r)})})});
+document.querySelectorAll('section.grid').forEach(function(sec){
+ var sel=sec.querySelector('.rx-config'),box=sec.querySelector('.rx-search');if(!sel)return;
+ function apply(){var c=sel.value,q=box.value.toLowerCase();
+  sec.querySelectorAll('details.rx-group').forEach(function(g){var show=!c||g.dataset.config===c,any=false;
+   g.querySelectorAll('article.rx').forEach(function(a){var hit=!q||a.dataset.search.indexOf(q)>=0;a.hidden=!hit;any=any||hit});
+   g.hidden=!show||!any;if(q&&any)g.open=true})}
+ sel.addEventListener('change',apply);box.addEventListener('input',apply)});
+"""
+
+_PAGE = """<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:">
+<title>{title}</title><style>{style}</style></head>
+<body><header class="{banner_class}"><h1 id="verdict">REDLINE {banner}</h1></header>
+<main>{sections}
+<details class="provenance"><summary>Session</summary>{provenance}</details></main>
+<script>{script}</script></body></html>
+"""
+
+
+def provenance(command: Sequence[str], calibrations: Any, engines: Any) -> dict[str, Any]:
+    """What the page records of this run: the command line, package versions, and per grid
+    and config the engine identity and the config's key, where this process computed them
+    (under xdist the workers decode, and the controller knows only the grid)."""
+    from importlib import metadata
+    import platform
+    import shlex
+
+    from pytest_redline.store import content_key
+
+    versions = {}
+    for package in ("pytest-redline", "torch", "transformers", "bitsandbytes", "pytest"):
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            versions[package] = "not installed"
+    grids = {}
+    for cal in calibrations:
+        configs = {}
+        for name in cal.configs:
+            identity = engines.known_identity(*cal.engines[name])
+            key = content_key({"engine": identity, "params": cal.params[name]}) if identity else None
+            configs[name] = {"identity": identity, "key": key}
+        grids[cal.label] = {"configs": configs}
+    return {"command": shlex.join(command), "versions": versions, "python": platform.python_version(), "grids": grids}
+
+
+def summary_lines(verdicts: Sequence[Any], page: str | Path | None) -> list[str]:
+    """HTML lines for another report's summary (pytest-html): the verdict, and the page."""
+    from pytest_redline.report import session_line
+
+    if not verdicts:
+        return []
+    text, ok = session_line(verdicts)
+    lines = [f'<p style="font-weight:600;color:{"#1f7a3a" if ok else "#b3261e"}">{_e(text)}</p>']
+    if page is not None:
+        lines.append(f'<p>Redline review page: <a href="{_e(Path(page).resolve().as_uri())}">{_e(page)}</a></p>')
+    return lines
