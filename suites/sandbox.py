@@ -72,9 +72,13 @@ log = logging.getLogger(__name__)
 
 # Runs inside the child as the unprivileged user, before any user code: set the limits, take the
 # token off its pipe, compile both parts, then run them through references taken here. argv: token
-# fd, result fd, then the rlimits (soft values); none of them is secret.
+# fd, result fd, then the rlimits (soft values); none of them is secret. The interpreter starts
+# with -S (site's .pth files cost 4x the start-up and would run code from site-packages).
 _BOOTSTRAP = r"""
-import os, resource, sys, types
+import os, resource, site, sys, types
+site.venv(None)  # started with -S: a venv's prefix and packages, as site would set them ...
+sys.path.extend(dict.fromkeys(site.getsitepackages()))  # ... but no .pth file runs
+site.setquit(), site.setcopyright(), site.sethelper()  # exit(), quit(), help() as with site
 
 def sandboxed(argv, exec=exec, compile=compile, open=open, read=os.read, write=os.write, close=os.close,
               exit=os._exit, setrlimit=resource.setrlimit, streams=(sys.stdout, sys.stderr)):
@@ -268,15 +272,18 @@ def _execute(program: Program, launcher: "_Launcher", python: str) -> Result:
         os.write(token_write, token)  # 32 bytes: fits the pipe; the child reads it before user code
         fds.close(token_write)
         result_read, result_write = fds.pipe()
-        argv = [python, "-s", "-c", _BOOTSTRAP, str(token_read), str(result_write), str(math.ceil(limits.cpu_seconds)),
+        argv = [python, "-S", "-c", _BOOTSTRAP, str(token_read), str(result_write), str(math.ceil(limits.cpu_seconds)),
                 str(limits.memory_bytes), str(limits.processes), str(limits.file_bytes), str(limits.open_files)]
         child = launcher.start(program, argv, (token_read, result_write), fds)
-        fds.close(token_read, result_write)
+        fds.close(result_write)  # the token's read end stays open here: was it taken?
         try:
             output, sentinel, stop = _collect(child, result_read, limits, start)
         finally:
             problem = launcher.stop(child)
         text = output.decode("utf-8", errors="replace")
+        if not stop and _unread(token_read):  # the bootstrap never ran: the harness's environment
+            raise RuntimeError(f"sandbox: {python} did not start the program (exit status {child.returncode}): "
+                               f"{text.strip()[-500:]}")
         if problem:
             cleanup_failures.add(problem)
             return Result(False, f"cleanup failed: {problem}", text, time.monotonic() - start)
@@ -287,6 +294,15 @@ def _execute(program: Program, launcher: "_Launcher", python: str) -> Result:
         return Result(False, launcher.exit_reason(child.returncode), text, time.monotonic() - start)
     finally:
         fds.close_all()
+
+
+def _unread(fd: int) -> bool:
+    """Whether the pipe ``fd`` still holds data (the child never read its token)."""
+    os.set_blocking(fd, False)
+    try:
+        return bool(os.read(fd, 1))
+    except BlockingIOError:
+        return False
 
 
 def _collect(child: subprocess.Popen, sentinel_fd: int, limits: Limits, start: float) -> tuple[bytes, bytes, str]:
@@ -416,7 +432,14 @@ class _NamespaceLauncher(_Launcher):
                         "--no-new-privs", "--bounding-set=-all", "--inh-caps=-all", "--"]
         child = _popen(command + argv, env=_environment(WORKDIR, "/tmp"), pass_fds=(*pass_fds, info_write, code, tests))
         fds.close(info_write, code, tests)
-        self.init = _namespace_init(child, info_read)
+        started, self.init = _namespace_init(child, info_read)
+        if not started:  # bwrap failed before creating the namespaces: the harness's environment
+            child.kill()
+            try:
+                said = child.communicate(timeout=REAP_SECONDS)[0].decode("utf-8", errors="replace").strip()
+            except subprocess.TimeoutExpired:
+                said = "(no answer)"
+            raise RuntimeError(f"sandbox: bwrap did not start the program: {said[-500:]}")
         return child
 
     def stop(self, child: subprocess.Popen) -> str:
@@ -440,11 +463,11 @@ class _NamespaceLauncher(_Launcher):
         return super().exit_reason(returncode)
 
 
-def _namespace_init(child: subprocess.Popen, info_fd: int) -> int | None:
-    """A pidfd of the namespace's init, from bwrap's --info-fd (None if bwrap never got that far).
+def _namespace_init(child: subprocess.Popen, info_fd: int) -> tuple[bool, int | None]:
+    """Whether bwrap created the namespaces, and a pidfd of their init (None when it is gone).
 
-    bwrap writes the init's pid and closes the fd right after creating it; the pidfd is checked
-    to be bwrap's child, so a recycled pid is never signalled."""
+    bwrap writes the init's pid to --info-fd and closes it right after creating it; the pidfd is
+    checked to be bwrap's child, so a recycled pid is never signalled."""
     data, deadline = bytearray(), time.monotonic() + 10
     while time.monotonic() < deadline:
         ready, _, _ = select.select([info_fd], [], [], max(deadline - time.monotonic(), 0))
@@ -456,13 +479,16 @@ def _namespace_init(child: subprocess.Popen, info_fd: int) -> int | None:
         data += chunk
     try:
         pid = int(json.loads(data)["child-pid"])
+    except (ValueError, KeyError, TypeError):
+        return False, None
+    try:
         pidfd = os.pidfd_open(pid)
-    except (ValueError, KeyError, TypeError, OSError):
-        return None
+    except OSError:  # already exited and reaped: the namespace is gone
+        return True, None
     if _parent_of(pid) != child.pid:
         os.close(pidfd)
-        return None
-    return pidfd
+        return True, None
+    return True, pidfd
 
 
 def _parent_of(pid: int) -> int | None:
@@ -482,8 +508,11 @@ def _jail(python: str) -> _Jail:
     with _jail_lock:
         if python not in _jails:
             jail = _build_jail(python)
-            with _slot() as uid:
-                probe = _execute(Program("", ""), jail.launcher(uid), python)
+            try:
+                with _slot() as uid:
+                    probe = _execute(Program("", ""), jail.launcher(uid), python)
+            except RuntimeError as error:
+                raise SandboxUnavailable(_unavailable(str(error))) from None
             if not probe.passed:
                 raise SandboxUnavailable(_unavailable(f"a trivial program failed in it ({probe.reason}): "
                                                       f"{probe.output.strip()[-500:]}"))

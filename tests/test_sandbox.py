@@ -446,6 +446,13 @@ def test_refused_naming_kernel_feature_sandbox():
     assert sandbox.OPT_IN in out
 
 
+def test_error_interpreter_never_started_sandbox():
+    # A harness problem (no usable interpreter) raises; it is never scored as a wrong program.
+    for kind in sandbox.SANDBOXES:
+        with pytest.raises(RuntimeError, match="/bin/false"):
+            run(GOOD, python="/bin/false", sandbox=kind)
+
+
 def test_rejected_unknown_sandbox():
     with pytest.raises(ValueError, match=r"sandbox: expected one of \['namespaces', 'process'\], got 'none'"):
         run(GOOD, sandbox="none")
