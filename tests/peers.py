@@ -12,8 +12,10 @@ or to a stock model lives here:
   never predict those (the one sampling rule that differs), the peers would;
 - :func:`llada_peer` builds Fast-dLLM's ``LLaDAModelLM`` from the published modeling code and loads
   a tiny LLaDA folder into it (strict names: the folder is in the published layout);
-- :func:`block_causal_llada` makes the peer LLaDA's attention block-causal (blocks of ``B`` from
-  position 0), the one rule in which Fast-dLLM's prefix cache differs from our engine.
+- :func:`block_causal_llada` and :func:`block_causal_sdpa` make the peers' attention block-causal
+  (blocks of ``B`` from position 0): the rule in which Fast-dLLM's prefix cache differs from ours;
+- :func:`dream_peer` / :func:`dream_block_generate`: Dream's published model and Fast-dLLM's Dream
+  block generation, with the shims transformers 5.x needs.
 """
 from __future__ import annotations
 
@@ -133,21 +135,24 @@ def llada_peer(folder: Path, dtype):
 def block_causal_llada(monkeypatch, block_size: int):
     """Make the peer LLaDA's attention block-causal, blocks of ``block_size`` from position 0 (its
     keys always start at position 0: the prefix cache, then the input)."""
-    import torch
-
     modeling = sys.modules["model.modeling_llada"]
     original = modeling.LLaDABlock._scaled_dot_product_attention
 
     def attend(self, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False):
-        n_keys, n_queries = k.shape[-2], q.shape[-2]
-        k_block = torch.arange(n_keys, device=q.device) // block_size
-        q_block = torch.arange(n_keys - n_queries, n_keys, device=q.device) // block_size
-        bias = torch.zeros(n_queries, n_keys, dtype=q.dtype, device=q.device)
-        bias.masked_fill_(k_block[None, :] > q_block[:, None], torch.finfo(q.dtype).min)
-        return original(self, q, k, v, attn_mask=bias, dropout_p=dropout_p, is_causal=False)
+        return original(self, q, k, v, attn_mask=block_bias(q, k, block_size), dropout_p=dropout_p, is_causal=False)
 
     monkeypatch.setattr(modeling.LLaDABlock, "_scaled_dot_product_attention", attend)
 
+
+def block_bias(q, k, block_size: int):
+    """The additive block-causal bias (queries, keys) for keys at positions 0.. and the queries last."""
+    import torch
+
+    n_keys, n_queries = k.shape[-2], q.shape[-2]
+    k_block = torch.arange(n_keys, device=q.device) // block_size
+    q_block = torch.arange(n_keys - n_queries, n_keys, device=q.device) // block_size
+    bias = torch.zeros(n_queries, n_keys, dtype=q.dtype, device=q.device)
+    return bias.masked_fill_(k_block[None, :] > q_block[:, None], torch.finfo(q.dtype).min)
 
 def dream_peer(folder: Path, dtype):
     """Fast-dLLM's DreamModel (published modeling code) with the weights of a tiny Dream folder."""
@@ -183,3 +188,51 @@ def _default_rope(config, device=None, seq_len=None, **kwargs):
     dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     inv_freq = 1.0 / (config.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.int64).to(device=device, dtype=torch.float) / dim))
     return inv_freq, 1.0
+
+
+def dream_block_generate(model, monkeypatch, ids: list[int], mask_id: int, eos_id: int, pad_id: int, gen_length: int,
+                         block_length: int, threshold: float):
+    """Fast-dLLM's Dream block generation (generation_utils_block, ``confidence_threshold``,
+    greedy) on ``model`` (:func:`dream_peer`), as token ids. Shims for transformers 5.x:
+    the block mixin is put in front of the model's class, ``DreamGenerationConfig.validate``
+    accepts the new ``user_set_attributes`` argument, and the config is passed whole."""
+    import importlib
+
+    import torch
+
+    block = importlib.import_module("peer_dream_model.generation_utils_block")
+    if not isinstance(model, block.DreamGenerationMixin):
+        model.__class__ = type("BlockDream", (block.DreamGenerationMixin, type(model)), {})
+    validate = block.DreamGenerationConfig.validate
+    monkeypatch.setattr(block.DreamGenerationConfig, "validate", lambda self, is_init=False, **kwargs: validate(self, is_init))
+    config = block.DreamGenerationConfig(
+        max_new_tokens=gen_length, steps=gen_length, alg="confidence_threshold", temperature=0.0, mask_token_id=mask_id,
+        pad_token_id=pad_id, eos_token_id=eos_id, return_dict_in_generate=False,
+    )
+    x = model.diffusion_generate(torch.tensor([ids]), generation_config=config, threshold=threshold, block_length=block_length)
+    return x[0, len(ids):].tolist()
+
+
+def ban_logits(monkeypatch, model, banned) -> None:
+    """``model``'s own forward returns -inf logits at the banned ids (for peers that call ``self(...)``)."""
+    forward = model.forward
+
+    def banned_forward(*args, **kwargs):
+        out = forward(*args, **kwargs)
+        out.logits = out.logits.masked_fill(banned.to(out.logits.device), float("-inf"))
+        return out
+
+    monkeypatch.setattr(model, "forward", banned_forward)
+
+
+def block_causal_sdpa(monkeypatch, block_size: int) -> None:
+    """torch's scaled_dot_product_attention made block-causal (blocks of ``block_size`` from
+    position 0; keys start at position 0) for peers that attend with no mask (Dream)."""
+    import torch
+
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def attend(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, **kwargs):
+        return sdpa(q, k, v, attn_mask=block_bias(q, k, block_size), dropout_p=dropout_p, is_causal=False, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", attend)

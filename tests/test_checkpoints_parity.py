@@ -17,6 +17,12 @@ peers' own decoders. Every adaptation of a peer lives in tests/peers.py, never i
   differs too (Fast-dLLM: from the prompt's end; ours: from position 0), so the prompts are
   those whose length is a multiple of the block.
 - Dream: Dream's published model and our stock Qwen2 + shifted logits give the same logits.
+  Against Fast-dLLM's Dream block generation (``confidence_threshold``), two rules differ: the
+  attention (as for LLaDA) and Dream's first-position rule: each block's first forward commits
+  the block's first position, whatever its confidence (``x[:, start] = x0[:, start]``), where
+  ours commits every position above the threshold, else the most confident one. With the peer's
+  attention block-causal and that one rule given to our engine (a subclass in this test, through
+  the engine's ``commit`` hook), the tokens are equal; with our own rule they differ (pinned).
 
 In both decoders MASK and the embedding's padding ids are never predicted (tests/peers.Banned):
 our engines ban them, the peers would not. Engine-side stop strings are off (no Prompt.stop).
@@ -133,3 +139,50 @@ def test_equivalent_dream_logits_stock_qwen2(tmp_path):
         theirs = peer(x).logits
         theirs = torch.cat([theirs[:, :1], theirs[:, :-1]], dim=1)  # Dream's own shift (generation_utils)
         torch.testing.assert_close(ours(x).logits, theirs, rtol=0, atol=1e-12)
+
+
+class DreamFirstPosition(BlockDiffusionEngine):
+    """Our engine with Dream's rule for a block's first forward: commit its first position only."""
+
+    def commit(self, req, reads, cfg):
+        if req.active:
+            block = req.active[0]
+            span = range(block * cfg.block_size, (block + 1) * cfg.block_size)
+            if reads.get(block) and all(req.tokens[p] == self.mask_id for p in span):
+                position, _, token = min(reads[block])
+                req.tokens[position] = token
+                return [(position, token)]
+        return super().commit(req, reads, cfg)
+
+
+@pytest.fixture(scope="module")
+def dream(tmp_path_factory):
+    folder = peers.builder().dream(tmp_path_factory.mktemp("dream"), peak=3.0)
+    engine = DreamFirstPosition(model=folder, device="cpu", dtype="float64")
+    aligned = [p for p in ArithmeticSuite(n=200, seed=0).prompts() if len(encode(engine.tokenizer, p, "test")) % BLOCK == 0]
+    return engine, peers.dream_peer(folder, torch.float64), aligned[:32], _engine(folder)
+
+
+def _dream_block(engine, peer, prompts, monkeypatch, threshold):
+    peers.ban_logits(monkeypatch, peer, peers.banned_ids(engine))
+    return [
+        _answer(engine, peers.dream_block_generate(
+            peer, monkeypatch, encode(engine.tokenizer, prompt, "test"), engine.mask_id, min(engine.eos_ids), engine.pad_id,
+            GEN, BLOCK, threshold,
+        ))
+        for prompt in prompts
+    ]
+
+
+@pytest.mark.parametrize("threshold", [0.9, 0.5])
+def test_equivalent_dream_block_generation_first_position_rule(dream, monkeypatch, threshold):
+    engine, peer, prompts, plain = dream
+    assert len(prompts) == 32
+    config = {"block_size": BLOCK, "buffer_size": 1, "accept_threshold": threshold, "max_new_tokens": GEN}
+    ours = [g.text for g in engine.generate(prompts, config)]
+    with monkeypatch.context() as patch:
+        peers.block_causal_sdpa(patch, BLOCK)
+        theirs = _dream_block(engine, peer, prompts, patch, threshold)
+    assert ours == theirs
+    # with our own commit rule: the documented difference
+    assert [g.text for g in plain.generate(prompts, config)] != ours
