@@ -553,8 +553,8 @@ def _build_jail(python: str) -> _Jail:
 def _prefixes(python: str) -> list[str]:
     """The folders ``python`` needs, bound read-only (outermost only): its prefixes (a venv's and
     its base's) and the folder of its real executable."""
-    probe = _probe(python, "import sys; print('\\n'.join([sys.prefix, sys.base_prefix, sys.exec_prefix, "
-                           "sys.base_exec_prefix]))")
+    probe = _probe(python, "import site, sys; site.venv(None); print('\\n'.join([sys.prefix, sys.base_prefix, "
+                           "sys.exec_prefix, sys.base_exec_prefix]))")
     paths = {os.path.realpath(p) for p in probe.splitlines() if p}
     paths |= {os.path.dirname(os.path.realpath(python)), os.path.dirname(os.path.abspath(python))}
     paths = {p for p in paths if p not in ("/", "")}
@@ -751,16 +751,17 @@ def _has_account(uid: int) -> bool:
 
 
 def _probe(python: str, code: str, uid: int | None = None) -> str:
-    """Run ``python -I -c code`` from / with an empty environment (as ``uid`` if given); its stdout.
-    -I keeps the current folder and user site off sys.path, so nothing a program wrote is imported."""
+    """Run ``python -I -S -c code`` from / with an empty environment (as ``uid`` if given); its
+    stdout. -I keeps the current folder, PYTHON* variables and user site out, -S every .pth file:
+    nothing a program could have written is imported."""
     drop = {"user": uid, "group": uid, "extra_groups": []} if uid is not None else {}
     try:
-        done = subprocess.run([python, "-I", "-c", code], cwd="/", env={}, stdin=subprocess.DEVNULL,
+        done = subprocess.run([python, "-I", "-S", "-c", code], cwd="/", env={}, stdin=subprocess.DEVNULL,
                               capture_output=True, text=True, check=False, timeout=60, **drop)
     except (OSError, subprocess.TimeoutExpired) as error:
         raise RuntimeError(f"sandbox: could not run {python}: {error}") from error
     if done.returncode != 0:
-        raise RuntimeError(f"sandbox: {python} -I -c {code!r} failed: {done.stderr.strip()[-300:]}")
+        raise RuntimeError(f"sandbox: {python} -I -S -c {code!r} failed: {done.stderr.strip()[-300:]}")
     return done.stdout
 
 
