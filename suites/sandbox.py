@@ -18,12 +18,12 @@ bubblewrap (``bwrap``) in namespaces of its own:
   interpreter starts; when not root, a user namespace maps the caller's uid and no capability
   survives into the program.
 
-Inside, the bootstrap sets the rlimits (CPU seconds, address space, processes, file size, open
-files, no core files), reads the pass token from a pipe and closes it, compiles the program and
-its tests, runs the program and then the tests through references to ``exec`` taken before any
-user code ran, and only then writes the token to the result pipe and exits with status 0. A
-program passes only with exit status 0 *and* the token. The token is never in argv, the
-environment or the program's globals.
+Inside, the bootstrap reads the pass token from a pipe and the program's and tests' sources from
+memfds and closes them (no file holds the tests), sets the rlimits (CPU seconds, address space,
+processes, file size, open files, no core files), runs the program and then the tests through
+references to ``exec`` taken before any user code ran, and only then writes the token to the
+result pipe and exits with status 0. A program passes only with exit status 0 *and* the token.
+The token is never in argv, the environment or the program's globals.
 
 ``sandbox="process"`` is the older, weaker sandbox (a child process in its own session with the
 same limits and bootstrap, run as the slot uid when root, in a host temporary folder; no
@@ -72,7 +72,7 @@ log = logging.getLogger(__name__)
 
 # Runs inside the child as the unprivileged user, before any user code: set the limits, take the
 # token off its pipe, compile both parts, then run them through references taken here. argv: token
-# fd, result fd, then the rlimits (soft values); none of them is secret. The interpreter starts
+# fd, result fd, program and tests source fds, then the rlimits (soft values); none is secret. The interpreter starts
 # with -S (site's .pth files cost 4x the start-up and would run code from site-packages).
 _BOOTSTRAP = r"""
 import os, resource, site, sys, types
@@ -82,9 +82,13 @@ site.setquit(), site.setcopyright(), site.sethelper()  # exit(), quit(), help() 
 
 def sandboxed(argv, exec=exec, compile=compile, open=open, read=os.read, write=os.write, close=os.close,
               exit=os._exit, setrlimit=resource.setrlimit, streams=(sys.stdout, sys.stderr)):
-    token_fd, result_fd, cpu, memory, processes, file_bytes, open_files = map(int, argv)
+    token_fd, result_fd, code_fd, tests_fd, cpu, memory, processes, file_bytes, open_files = map(int, argv)
     token = read(token_fd, 64)
     close(token_fd)
+    with open(code_fd, encoding="utf-8") as f:  # the sources come on fds, closed before user code
+        program = compile(f.read(), "program.py", "exec")
+    with open(tests_fd, encoding="utf-8") as f:
+        tests = compile(f.read(), "tests.py", "exec")
     for which, soft, hard in (
         (resource.RLIMIT_CPU, cpu, cpu + 1),
         (resource.RLIMIT_AS, memory, memory),
@@ -94,10 +98,6 @@ def sandboxed(argv, exec=exec, compile=compile, open=open, read=os.read, write=o
         (resource.RLIMIT_CORE, 0, 0),
     ):
         setrlimit(which, (soft, hard))
-    with open("program.py", encoding="utf-8") as f:
-        program = compile(f.read(), "program.py", "exec")
-    with open("tests.py", encoding="utf-8") as f:
-        tests = compile(f.read(), "tests.py", "exec")
     main = types.ModuleType("__main__")
     sys.modules["__main__"] = main
     exec(program, main.__dict__)
@@ -272,10 +272,12 @@ def _execute(program: Program, launcher: "_Launcher", python: str) -> Result:
         os.write(token_write, token)  # 32 bytes: fits the pipe; the child reads it before user code
         fds.close(token_write)
         result_read, result_write = fds.pipe()
-        argv = [python, "-S", "-c", _BOOTSTRAP, str(token_read), str(result_write), str(math.ceil(limits.cpu_seconds)),
+        code, tests = fds.memfd("program.py", program.code), fds.memfd("tests.py", program.tests)
+        passed = (token_read, result_write, code, tests)
+        argv = [python, "-S", "-c", _BOOTSTRAP, *map(str, passed), str(math.ceil(limits.cpu_seconds)),
                 str(limits.memory_bytes), str(limits.processes), str(limits.file_bytes), str(limits.open_files)]
-        child = launcher.start(program, argv, (token_read, result_write), fds)
-        fds.close(result_write)  # the token's read end stays open here: was it taken?
+        child = launcher.start(program, argv, passed, fds)
+        fds.close(result_write, code, tests)  # the token's read end stays open here: was it taken?
         try:
             output, sentinel, stop = _collect(child, result_read, limits, start)
         finally:
@@ -420,18 +422,15 @@ class _NamespaceLauncher(_Launcher):
     def start(self, program: Program, argv: list[str], pass_fds: tuple[int, ...], fds: _Fds) -> subprocess.Popen:
         size = str(program.limits.disk_bytes)
         info_read, info_write = fds.pipe()
-        code, tests = fds.memfd("program.py", program.code), fds.memfd("tests.py", program.tests)
         command = [self.jail.bwrap, *self.jail.system]
         for folder in (WORKDIR, "/tmp", "/dev/shm"):  # before the prefixes, which may lie in /tmp
             command += ["--size", size, "--perms", "1777", "--tmpfs", folder]
-        command += [*self.jail.interpreter, "--perms", "0444", "--file", str(code), f"{WORKDIR}/program.py",
-                    "--perms", "0444", "--file", str(tests), f"{WORKDIR}/tests.py",
-                    "--remount-ro", "/", "--chdir", WORKDIR, "--info-fd", str(info_write), "--"]
+        command += [*self.jail.interpreter, "--remount-ro", "/", "--chdir", WORKDIR, "--info-fd", str(info_write), "--"]
         if self.uid is not None:
             command += [self.jail.setpriv, f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups",
                         "--no-new-privs", "--bounding-set=-all", "--inh-caps=-all", "--"]
-        child = _popen(command + argv, env=_environment(WORKDIR, "/tmp"), pass_fds=(*pass_fds, info_write, code, tests))
-        fds.close(info_write, code, tests)
+        child = _popen(command + argv, env=_environment(WORKDIR, "/tmp"), pass_fds=(*pass_fds, info_write))
+        fds.close(info_write)
         started, self.init = _namespace_init(child, info_read)
         if not started:  # bwrap failed before creating the namespaces: the harness's environment
             child.kill()
@@ -609,12 +608,9 @@ class _ProcessLauncher(_Launcher):
 
     def start(self, program: Program, argv: list[str], pass_fds: tuple[int, ...], fds: _Fds) -> subprocess.Popen:
         self.workdir = Path(tempfile.mkdtemp(prefix="redline-sandbox-"))
-        (self.workdir / "program.py").write_text(program.code, encoding="utf-8")
-        (self.workdir / "tests.py").write_text(program.tests, encoding="utf-8")
         drop = {}
         if self.uid is not None:
-            for path in (self.workdir, self.workdir / "program.py", self.workdir / "tests.py"):
-                os.chown(path, self.uid, self.uid)
+            os.chown(self.workdir, self.uid, self.uid)
             drop = {"user": self.uid, "group": self.uid, "extra_groups": []}
         return _popen(argv, cwd=self.workdir, env=_environment(str(self.workdir), str(self.workdir)),
                       pass_fds=pass_fds, **drop)
