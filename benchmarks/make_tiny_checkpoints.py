@@ -81,21 +81,22 @@ def sdar(folder: str | Path, seed: int = 0, std: float = 0.4, peak: float = 1.0,
     return folder
 
 
-def _char_tokenizer(folder: Path):
+def _char_tokenizer(folder: str | Path):
+    """Create ``folder`` and save the character tokenizer into it: ``(folder, tokenizer)``."""
     from pytest_redline.engines.tokenizer import build_tokenizer
 
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
     tokenizer = build_tokenizer()
     tokenizer.save_pretrained(folder)
-    return tokenizer
+    return folder, tokenizer
 
 
 def dream(folder: str | Path, seed: int = 0, std: float = 0.4, peak: float = 1.0, **config_changes) -> Path:
     """Dream-v0-Instruct's config.json fields, tiny; Qwen2 weight names; the character tokenizer."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    tokenizer = _char_tokenizer(folder)
+    folder, tokenizer = _char_tokenizer(folder)
     config = {
         "architectures": ["DreamModel"],
         "attention_dropout": 0.0,
@@ -122,9 +123,7 @@ def llada(folder: str | Path, seed: int = 0, std: float = 0.4, peak: float = 1.0
 
     from pytest_redline.engines.checkpoints import LLADA_NAMES
 
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    tokenizer = _char_tokenizer(folder)
+    folder, tokenizer = _char_tokenizer(folder)
     config = {
         "activation_type": "silu", "alibi": False, "alibi_bias_max": 8.0, "architectures": ["LLaDAModelLM"],
         "attention_dropout": 0.0, "attention_layer_norm": False, "attention_layer_norm_with_affine": True,
@@ -160,9 +159,7 @@ def diffusion_gemma(folder: str | Path, seed: int = 0, canvas_length: int = 8) -
     from transformers import DiffusionGemmaConfig, DiffusionGemmaForBlockDiffusion, Gemma4VisionConfig
     from transformers.models.diffusion_gemma.configuration_diffusion_gemma import DiffusionGemmaTextConfig
 
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    tokenizer = _char_tokenizer(folder)
+    folder, tokenizer = _char_tokenizer(folder)
     text = DiffusionGemmaTextConfig(
         vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
         num_key_value_heads=1, head_dim=16, global_head_dim=16, num_experts=4, top_k_experts=2,

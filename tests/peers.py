@@ -32,6 +32,17 @@ PEERS = ROOT.parent / "shared" / "reference" / "peers"
 BUILDER = ROOT / "benchmarks" / "make_tiny_checkpoints.py"
 
 
+@pytest.fixture(autouse=True)
+def one_thread():
+    """torch on one thread for the test (restored after); autouse where a test module imports it."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def need_peers() -> Path:
     if not PEERS.is_dir():
         pytest.skip(f"{PEERS}: the peer decoders are not here (see its README)")

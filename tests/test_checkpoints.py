@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 import peers
+from peers import one_thread  # noqa: F401  (an autouse fixture)
 from pytest_redline.engines import checkpoints
 
 torch = pytest.importorskip("torch")  # imported before pytester's in-process runs snapshot sys.modules
@@ -144,6 +145,7 @@ def test_gate_certifies_unedited_checkpoint(pytester, run_gate, tiny, family, bl
     assert report["checkpoints"]["blockbatch/bs4-8"]["block_size_used"] == [4, 8]
     configs = {c["name"]: c for c in report["configs"]}
     assert configs["bd/acc90-again"]["violations"] == 0
+    assert report["outcomes"] == {"reused": 0, "decoded": 4 * 40}  # the duplicate was decoded again
     assert configs["bd/acc90-again"]["cost"] == configs["bd/acc90"]["cost"]  # decoded again, same forwards
 
 
@@ -153,15 +155,10 @@ def test_equivalent_cached_recomputed_dream_shifted_logits(tiny):
     from pytest_redline.engines.block_diffusion import BlockDiffusionEngine
     from pytest_redline.suites.arithmetic import ArithmeticSuite
 
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        engine = BlockDiffusionEngine(model=tiny["dream"], device="cpu", dtype="float64")
-        prompts = ArithmeticSuite(n=8, seed=1).prompts()
-        config = {"block_size": 4, "buffer_size": 2, "accept_threshold": 0.5, "max_new_tokens": 12}
-        cached = engine.generate(prompts, config)
-        recomputed = engine.generate(prompts, {**config, "use_cache": False})
-    finally:
-        torch.set_num_threads(threads)
+    engine = BlockDiffusionEngine(model=tiny["dream"], device="cpu", dtype="float64")
+    prompts = ArithmeticSuite(n=8, seed=1).prompts()
+    config = {"block_size": 4, "buffer_size": 2, "accept_threshold": 0.5, "max_new_tokens": 12}
+    cached = engine.generate(prompts, config)
+    recomputed = engine.generate(prompts, {**config, "use_cache": False})
     assert [g.text for g in cached] == [g.text for g in recomputed]
     assert engine.describe()["family"] == "dream"

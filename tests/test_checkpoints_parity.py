@@ -34,19 +34,12 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import peers  # noqa: E402  (tests/peers.py)
+from peers import one_thread  # noqa: E402,F401  (an autouse fixture)
 from pytest_redline.engines.autoregressive import encode  # noqa: E402
 from pytest_redline.engines.block_diffusion import BlockDiffusionEngine  # noqa: E402
 from pytest_redline.suites.arithmetic import ArithmeticSuite  # noqa: E402
 
 BLOCK, GEN, THRESHOLD = 4, 8, 0.9
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def _engine(folder):

@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 import peers
+from peers import one_thread  # noqa: F401  (an autouse fixture)
 from pytest_redline.engines.hf_generate import HFGenerateEngine, check_params, prompt_seed, quantized_cache_backend
 
 torch = pytest.importorskip("torch")  # imported before pytester's in-process runs snapshot sys.modules
@@ -29,14 +30,6 @@ AR_TARGET = ROOT / "engines" / "models" / "ar-target"
 AR_DRAFT = ROOT / "engines" / "models" / "ar-draft"
 DG_CONFIG = {"max_new_tokens": 16, "max_denoising_steps": 6, "confidence_threshold": 0.005, "stability_threshold": 1,
              "t_min": 0.4, "t_max": 0.8, "sampler_config": {"entropy_bound": 0.1}}
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")
@@ -85,6 +78,7 @@ def test_gate_certifies_diffusion_gemma(pytester, run_gate, gemma_folder):
     assert report["checkpoints"]["dg/steps8"]["declared_block_size"] == 8  # the canvas length
     configs = {c["name"]: c for c in report["configs"]}
     assert configs["dg/steps8-again"]["violations"] == 0
+    assert report["outcomes"] == {"reused": 0, "decoded": 4 * 40}  # the duplicate was decoded again
     assert configs["dg/steps8-again"]["cost"] == configs["dg/steps8"]["cost"]
 
 
