@@ -205,6 +205,7 @@ class BlockDiffusionEngine:
     ``threads`` sets torch's intra-op threads (see ``autoregressive.set_threads``)."""
 
     name = "block_diffusion"
+    rules = "2: diffulex multi_bd"  # enters the outcome key (describe): bump when decoding rules change
     Config = DecodeConfig
     Request = Request
 
@@ -255,6 +256,17 @@ class BlockDiffusionEngine:
 
     def describe(self) -> dict[str, str]:
         return modeling.describe(self.name, self.device, self.dtype, model=self.path, **self.checkpoint.describe())
+
+    @classmethod
+    def identity(cls, engine_args: Mapping[str, Any], cache_dir: str | Path | None = None) -> dict[str, Any]:
+        """Model-free: what ``fingerprint()`` and ``describe()`` return once built, so that a
+        warm rerun keys its outcomes without loading the model (tests/test_store.py checks both);
+        weight hashes are cached in ``cache_dir`` (``modeling.WeightHashes``)."""
+        modeling.cache_weight_hashes(cache_dir)
+        args = modeling.engine_arguments(cls, engine_args)
+        path = Path(args["model"]) if args["model"] is not None else modeling.EMBEDDED_MODEL
+        declared = checkpoints.inspect(path, args["mask_token_id"]).describe()
+        return modeling.identity(cls.name, args["device"], args["dtype"], [path], model=path, **declared)
 
     @staticmethod
     def check_engine_args(engine_args: Mapping[str, Any]) -> dict[str, str] | None:

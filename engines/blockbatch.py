@@ -158,6 +158,7 @@ class BlockBatchEngine(BlockDiffusionEngine):
     ``threads`` sets torch's intra-op threads (see ``autoregressive.set_threads``)."""
 
     name = "blockbatch"
+    rules = "2: paper merges, best-EOS winner, re-committing refresh"
     Config = BatchConfig
     refresh_from_scratch = True  # False: a refresh reuses the cache (the law that it is exact)
 

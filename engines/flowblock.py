@@ -114,6 +114,7 @@ class FlowBlockEngine(BlockDiffusionEngine):
     bd-tiny. The trace (one JSON line per request and step) also records the step's edits and readiness."""
 
     name = "flowblock"
+    rules = "2: LLaDA2.1 editing, post-step cap"
     Config = FlowConfig
     Request = FlowRequest
 
