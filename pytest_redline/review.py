@@ -154,13 +154,13 @@ def _config_table(rep: Mapping[str, Any]) -> str:
 
 # --------------------------------------------------------------------------- charts (inline SVG)
 
-W, H, PAD = 460, 260, 44
+W, H, PAD, RIGHT = 480, 260, 56, 90  # RIGHT: room for point labels
 
 
 def _axes(xmin: float, xmax: float, ymin: float, ymax: float, xlabel: str, ylabel: str) -> tuple[Any, Any, str]:
     xmax = xmax if xmax > xmin else xmin + 1
     ymax = ymax if ymax > ymin else ymin + 1
-    sx = lambda x: PAD + (x - xmin) / (xmax - xmin) * (W - 2 * PAD)  # noqa: E731
+    sx = lambda x: PAD + (x - xmin) / (xmax - xmin) * (W - PAD - RIGHT)  # noqa: E731
     sy = lambda y: H - PAD - (y - ymin) / (ymax - ymin) * (H - 2 * PAD)  # noqa: E731
     ticks = []
     for k in range(5):
@@ -168,7 +168,7 @@ def _axes(xmin: float, xmax: float, ymin: float, ymax: float, xlabel: str, ylabe
         y = ymin + k * (ymax - ymin) / 4
         ticks.append(f'<text x="{sx(x):.1f}" y="{H - PAD + 16}" class="tick" text-anchor="middle">{x:.3g}</text>')
         ticks.append(f'<text x="{PAD - 6}" y="{sy(y) + 4:.1f}" class="tick" text-anchor="end">{y:.3g}</text>')
-    frame = (f'<line x1="{PAD}" y1="{H - PAD}" x2="{W - PAD}" y2="{H - PAD}" class="axis"/>'
+    frame = (f'<line x1="{PAD}" y1="{H - PAD}" x2="{W - RIGHT}" y2="{H - PAD}" class="axis"/>'
              f'<line x1="{PAD}" y1="{PAD}" x2="{PAD}" y2="{H - PAD}" class="axis"/>'
              f'<text x="{W / 2}" y="{H - 8}" text-anchor="middle" class="label">{_e(xlabel)}</text>'
              f'<text x="12" y="{H / 2}" text-anchor="middle" class="label" transform="rotate(-90 12 {H / 2})">{_e(ylabel)}</text>'
@@ -191,8 +191,8 @@ def _risk_chart(rep: Mapping[str, Any]) -> str:
         dots.append(f'<circle cx="{sx(g):.1f}" cy="{sy(r):.1f}" r="4" class="{cls}"><title>{_e(name)}: gain {g:.3g}, '
                     f'risk upper {r:.4f}</title></circle>'
                     f'<text x="{sx(g) + 6:.1f}" y="{sy(r) - 5:.1f}" class="pt">{_e(name)}</text>')
-    line = (f'<line x1="{PAD}" y1="{sy(alpha):.1f}" x2="{W - PAD}" y2="{sy(alpha):.1f}" class="alpha"/>'
-            f'<text x="{W - PAD}" y="{sy(alpha) - 4:.1f}" text-anchor="end" class="alpha-label">alpha = {alpha}</text>')
+    line = (f'<line x1="{PAD}" y1="{sy(alpha):.1f}" x2="{W - RIGHT}" y2="{sy(alpha):.1f}" class="alpha"/>'
+            f'<text x="{W - RIGHT}" y="{sy(alpha) - 4:.1f}" text-anchor="end" class="alpha-label">alpha = {alpha}</text>')
     return (f'<figure class="chart"><svg viewBox="0 0 {W} {H}" role="img" aria-label="risk against gain">{frame}{line}'
             f'{"".join(dots)}</svg><figcaption>Each config\'s risk upper bound (Clopper-Pearson, 1 - delta) '
             f'against its gain over the reference; the line is alpha.</figcaption></figure>')
@@ -369,6 +369,7 @@ section.grid{background:#fff;border:1px solid #ddd;border-radius:6px;padding:8px
 .verdict.not-certified .head{color:#b3261e}.verdict.partial .head{color:#8a5a00}
 table{border-collapse:collapse}table.facts th{text-align:left;padding:2px 12px 2px 0;font-weight:500;color:#555;vertical-align:top}
 table.configs{margin-top:12px;width:100%}table.configs th,table.configs td{border-bottom:1px solid #eee;padding:4px 6px;text-align:right}
+table.configs td{white-space:nowrap}table.configs td:nth-child(2){white-space:normal}
 table.configs th{cursor:pointer;background:#f2f2f2;user-select:none}table.configs td:first-child,table.configs td:nth-child(2){text-align:left}
 table.configs td:nth-child(2){font-family:ui-monospace,monospace;font-size:12px}
 tr.deployed td:first-child::after{content:" *";font-weight:700}tr.reference td:first-child::after{content:" R"}

@@ -77,9 +77,10 @@ def _open(path: Path, shot: str, tmp_path: Path) -> dict:
                 "a => [a.querySelector('h4').textContent, Array.from(a.querySelectorAll('pre.output')).map(p => p.textContent)])])")
             page.click("table.configs th[data-col='2']")  # sorting runs without an error
             page.select_option("select.rx-config", index=1)  # so does the filter
+            page.eval_on_selector_all("details.rx-group", "els => els.forEach(g => g.open = true)")
             page.screenshot(path=str(tmp_path / shot), full_page=False)
             if os.environ.get("REDLINE_SCREENSHOTS"):
-                shutil.copy(tmp_path / shot, Path(os.environ["REDLINE_SCREENSHOTS"]) / shot)
+                shutil.copy(tmp_path / shot, ROOT / os.environ["REDLINE_SCREENSHOTS"] / shot)  # relative to the repository
         finally:
             browser.close()
     return seen
