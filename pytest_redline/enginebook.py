@@ -60,6 +60,10 @@ class EngineBook:
                 raise self._failures[key] from e
         return self._engines[key]
 
+    def known_identity(self, name: str, args: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The identity if this session has computed it, else None (never builds an engine)."""
+        return self._identities.get(args_key(name, args))
+
     def identity(self, name: str, args: Mapping[str, Any]) -> dict[str, Any]:
         """Everything about the engine that an outcome depends on (builds the engine)."""
         key = args_key(name, args)
