@@ -67,7 +67,8 @@ _FILLER = re.compile(r"(?:\s|[:*_=]|\\\(|\\\[|\$|\\boxed\s*\{|\\fbox\s*\{|\\text
 _DISJUNCTION = re.compile(r"(?<![A-Za-z\\])(?:or|either)(?![A-Za-z])")
 _BETWEEN = re.compile(rf"\bbetween\s+\$?((?:{_NUM}))\s+and\s+\$?((?:{_NUM}))", re.I)
 _CONCLUSION = re.compile(r"\b(?:so|thus|therefore|hence|actually|wait|hmm|oops|sorry|correction|instead|answer|total"
-                         r"|final|result|it(?:'s| is| was))\b|\bno\b,", re.I)
+                         r"|final|result|equals?|(?:it|which|that|this)(?:'s| is| was))\b|\bno\b,", re.I)
+_OWN_CONCLUSION = re.compile(rf"{_CONCLUSION.pattern}|=|\b(?:is|are|was|gives?|makes?)\b", re.I)  # in the answer's sentence
 _REVISION = re.compile(r"(?:^|[.!?]\s|\n)\s*\W{0,2}(?:wait|actually|correction|oops|sorry|hmm|no)\b", re.I)  # a sentence's start
 _MARKED_AFTER = re.compile(r"\banswer\s+is\s*:?\s*\$+([^$]+)\$", re.I)
 _SENTENCE_END = re.compile(r"\n|[.!?;](?=\s|$)")
@@ -266,13 +267,14 @@ def _concludes_otherwise(after: str, answer: Fraction, bare: bool = True) -> boo
     """Whether a sentence after the answer concludes another number: it is a bare number ("15.",
     "$15 dollars") or has a conclusion or revision word ("so", "therefore", "total", "wait",
     "actually", ...), and its last number is not the answer. Explanations without one ("She
-    sells 9 eggs at $2 each.") conclude nothing; nor does a bare number in the answer's own
-    sentence (``bare`` False: "The answer is 18, not 19.")."""
+    sells 9 eggs at $2 each.") conclude nothing. In the rest of the answer's own sentence
+    (``bare`` False) "is", "=", "gives", "makes" conclude too ("18 minus 3, which is 15"), and
+    a bare number does not ("The answer is 18, not 19.")."""
     cleaned, start = _clean(after), 0
     for end in [m.end() for m in _SENTENCE_END.finditer(_clean(after))] + [len(cleaned)]:
         sentence, start = cleaned[start:end], end
         alone = bare and len(re.findall(r"[A-Za-z]+", _NUMBER.sub(" ", sentence))) <= 2  # "15.", "$15 dollars"
-        found = numbers(sentence) if alone or _CONCLUSION.search(sentence) else []
+        found = numbers(sentence) if alone or (_CONCLUSION if bare else _OWN_CONCLUSION).search(sentence) else []
         if found and found[-1] != answer:
             return True
     return False

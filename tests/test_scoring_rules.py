@@ -61,6 +61,8 @@ def math(text: str, gold: str, finish: str | None = "eos", suite: MATH500 = MATH
     ("The answer is 18", "length", "truncated"),
     # hedges
     ("#### 18\n15", "eos", "revised"),
+    ("The answer is 18 minus 3, which is 15.", "eos", "revised"),
+    ("The answer is 18 - 3 dollars = 15 dollars.", "eos", "marker"),  # 18 - 3 is read as 15
     ("The answer is 18.\n\n**$15**", "eos", "revised"),
     ("The answer is 18 or 19.", "eos", "hedged"),
     ("So she has 18 or 19 apples.", "eos", "hedged"),
