@@ -13,6 +13,7 @@ bubblewrap (``bwrap``) in namespaces of its own:
   (``/sandbox``, the current folder and ``HOME``), ``/tmp`` and ``/dev/shm``. The project, the
   outcome store, the host's ``/tmp`` and other programs' folders are not there at all.
 - **Network, IPC and UTS namespaces**: no interfaces but loopback, no shared SysV/POSIX IPC.
+- **seccomp** (:mod:`suites.seccomp`): no keyrings, no new namespaces from inside, no ptrace.
 - **Credentials**: as root, bwrap builds the namespaces and ``setpriv`` drops to the run's slot
   uid (``SLOT_UID_BASE + slot``, no groups, no capabilities, no new privileges) before the
   interpreter starts; when not root, a user namespace maps the caller's uid and no capability
@@ -59,6 +60,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Sequence
+
+from pytest_redline.suites import seccomp
 
 SLOT_UID_BASE = 61000  # as root, slot k runs as uid = gid = SLOT_UID_BASE + k
 SLOTS = 64  # concurrent sandboxes on one host
@@ -246,10 +249,10 @@ class _Fds:
         self.open += [read_end, write_end]
         return read_end, write_end
 
-    def memfd(self, name: str, text: str) -> int:
+    def memfd(self, name: str, content: str | bytes) -> int:
         fd = os.memfd_create(name)
         self.open.append(fd)
-        os.write(fd, text.encode("utf-8"))
+        os.write(fd, content.encode("utf-8") if isinstance(content, str) else content)
         os.lseek(fd, 0, os.SEEK_SET)
         return fd
 
@@ -410,6 +413,7 @@ class _Jail:
     setpriv: str | None  # as root: drops to the slot uid inside the namespaces
     system: tuple[str, ...]  # namespaces, the system's read-only folders, /dev
     interpreter: tuple[str, ...]  # the interpreter's read-only prefixes, masked folders, /proc
+    seccomp: bytes | None  # suites/seccomp.py's filter for this machine (None: not described)
 
     def launcher(self, uid: int | None) -> "_NamespaceLauncher":
         return _NamespaceLauncher(self, uid)
@@ -425,12 +429,15 @@ class _NamespaceLauncher(_Launcher):
         command = [self.jail.bwrap, *self.jail.system]
         for folder in (WORKDIR, "/tmp", "/dev/shm"):  # before the prefixes, which may lie in /tmp
             command += ["--size", size, "--perms", "1777", "--tmpfs", folder]
+        if self.jail.seccomp is not None:
+            command += ["--seccomp", str(fds.memfd("seccomp", self.jail.seccomp))]
         command += [*self.jail.interpreter, "--remount-ro", "/", "--chdir", WORKDIR, "--info-fd", str(info_write), "--"]
         if self.uid is not None:
             command += [self.jail.setpriv, f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups",
                         "--no-new-privs", "--bounding-set=-all", "--inh-caps=-all", "--"]
-        child = _popen(command + argv, env=_environment(WORKDIR, "/tmp"), pass_fds=(*pass_fds, info_write))
-        fds.close(info_write)
+        extra = (info_write, *([int(command[command.index("--seccomp") + 1])] if "--seccomp" in command else []))
+        child = _popen(command + argv, env=_environment(WORKDIR, "/tmp"), pass_fds=(*pass_fds, *extra))
+        fds.close(*extra)
         started, self.init = _namespace_init(child, info_read)
         if not started:  # bwrap failed before creating the namespaces: the harness's environment
             child.kill()
@@ -546,7 +553,7 @@ def _build_jail(python: str) -> _Jail:
     for folder in _own_folders():  # e.g. a wheel install: the data sets sit in a bound prefix
         if any(folder == path or folder.startswith(path + "/") for path in bound):
             prefixes += ["--size", "4096", "--perms", "0555", "--tmpfs", folder, "--remount-ro", folder]
-    return _Jail(bwrap, setpriv, tuple(fixed), tuple(prefixes + ["--proc", "/proc"]))
+    return _Jail(bwrap, setpriv, tuple(fixed), tuple(prefixes + ["--proc", "/proc"]), seccomp.program_filter())
 
 
 def _prefixes(python: str) -> list[str]:

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import platform
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -18,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_redline.suites import sandbox
+from pytest_redline.suites import sandbox, seccomp
 from pytest_redline.suites.code import HumanEval
 from pytest_redline.suites.records import DATA
 from pytest_redline.suites.sandbox import SLOT_UID_BASE, Limits, Program, SandboxUnavailable, run, run_many
@@ -376,6 +378,35 @@ def test_venv_prefix_bound_read_only_sandbox(tmp_path):
     assert result.passed, result
 
 
+@pytest.mark.skipif(seccomp.program_filter() is None, reason="no seccomp filter described for this machine")
+def test_denied_kernel_interfaces_sandbox():
+    # Keyrings (shared per uid, outliving the run), new namespaces (an uncapped tmpfs of one's own)
+    # and tracing are refused; threads, fork and subprocess still work.
+    numbers = seccomp._ARCHES[platform.machine()][1]
+    code = ("import ctypes, os, subprocess, threading\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+            "def refused(*call):\n    return libc.syscall(*call) == -1 and ctypes.get_errno() == 1\n"
+            f"results = [refused({numbers['keyctl']}, 0, -4, 0), refused({numbers['add_key']}, 0, 0, 0, 0, 0),\n"
+            f"           refused({numbers['unshare']}, {seccomp.CLONE_NEWUSER}), refused({numbers['unshare']}, 0x20000),\n"
+            f"           refused({numbers['ptrace']}, 16, 1, 0, 0), refused({numbers['process_vm_readv']}, 1, 0, 0, 0, 0, 0)]\n"
+            "thread = threading.Thread(target=lambda: None)\nthread.start()\nthread.join()\n"
+            "echo = subprocess.run(['/bin/echo', 'ok'], capture_output=True).stdout\n")
+    result = run(Program(code, "assert results == [True] * 6, results\nassert echo == b'ok\\n'\n"))
+    assert result.passed, result
+
+
+@pytest.mark.parametrize("machine", sorted(seccomp._ARCHES))
+def test_every_jump_lands_seccomp(machine):
+    # The filter is well formed: 8-byte instructions, every jump inside it, ending in a return.
+    program = seccomp.program_filter(machine)
+    instructions = [struct.unpack("=HBBI", program[i:i + 8]) for i in range(0, len(program), 8)]
+    assert len(program) % 8 == 0 and instructions[-1][0] == 0x06
+    for at, (code, jt, jf, _) in enumerate(instructions):
+        assert code in (0x20, 0x15, 0x35, 0x45, 0x06)
+        if code in (0x15, 0x35, 0x45):  # conditional jumps
+            assert at + 1 + max(jt, jf) < len(instructions)
+    assert seccomp.program_filter("sparc") is None
+
+
 # --- no code run as root from the harness's side -----------------------------------------------
 
 
@@ -415,12 +446,9 @@ def test_refused_without_namespaces_sandbox(tmp_path, monkeypatch):
 
 
 _NO_USERNS = r"""
-import importlib.util, sys
-spec = importlib.util.spec_from_file_location("sandbox", sys.argv[1])
-sandbox = importlib.util.module_from_spec(spec)
-sys.modules["sandbox"] = sandbox
-spec.loader.exec_module(sandbox)
-sandbox._own_folders = lambda: []
+import sys
+sys.path.insert(0, sys.argv[1])
+from pytest_redline.suites import sandbox
 try:
     sandbox.run(sandbox.Program("", ""))
 except sandbox.SandboxUnavailable as error:
@@ -452,9 +480,13 @@ def test_refused_naming_kernel_feature_sandbox():
         pytest.skip(f"no Python that uid {uid} can run")
     copy = Path(sandbox.tempfile.mkdtemp(prefix="redline-refusal-"))  # readable by uid, wherever the checkout is
     copy.chmod(0o755)
-    (copy / "sandbox.py").write_text((REPO / "suites" / "sandbox.py").read_text())
+    (copy / "pytest_redline" / "suites").mkdir(parents=True)
+    for name in ("pytest_redline/__init__.py", "pytest_redline/suites/__init__.py"):
+        (copy / name).write_text("")
+    for name in ("sandbox.py", "seccomp.py"):
+        (copy / "pytest_redline" / "suites" / name).write_text((REPO / "suites" / name).read_text())
     stage2 = (f"echo 0 > /proc/sys/user/max_user_namespaces && exec setpriv --reuid={uid} --regid={uid} "
-              f"--clear-groups {python} -I -c '{_NO_USERNS}' {copy / 'sandbox.py'}")
+              f"--clear-groups {python} -I -c '{_NO_USERNS}' {copy}")
     # sh re-executes once the ids are mapped, so that it runs as the namespace's root, capabilities and all.
     child = subprocess.Popen(["unshare", "--user", "sh", "-c", 'read ready && exec sh -c "$STAGE2"'],
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd="/",

@@ -1,0 +1,81 @@
+"""A small seccomp filter for sandboxed programs (docs/sandbox.md), as classic BPF for bwrap's
+``--seccomp FD``.
+
+Namespaces already keep a program away from the host and other programs. The filter closes what
+namespaces leave shared or open, returning ``EPERM``:
+
+- kernel keyrings (``keyctl``, ``add_key``, ``request_key``): as root, a slot uid's keyring would
+  outlive the run and be seen by the next program in that slot;
+- new namespaces from inside (``unshare``, ``setns``, ``clone`` with ``CLONE_NEWUSER``): a user
+  namespace of its own would let a program mount an uncapped tmpfs;
+- ``ptrace``, ``process_vm_readv``/``process_vm_writev``: no tracing, not even of bwrap's init;
+- ``clone3`` returns ``ENOSYS`` (its flags sit behind a pointer the filter cannot read; glibc then
+  uses ``clone``), and a syscall through any other ABI (32-bit ``int 0x80``, x32) kills the process.
+
+Only x86_64 and aarch64 are described; elsewhere :func:`program_filter` returns None and the
+sandbox runs without a filter (namespaces and rlimits still hold).
+"""
+from __future__ import annotations
+
+import errno
+import platform
+import struct
+
+# audit arch, and the syscall numbers of this ABI
+_ARCHES = {
+    "x86_64": (0xC000003E, {"ptrace": 101, "keyctl": 250, "add_key": 248, "request_key": 249, "unshare": 272,
+                            "setns": 308, "process_vm_readv": 310, "process_vm_writev": 311, "clone": 56,
+                            "clone3": 435}),
+    "aarch64": (0xC00000B7, {"ptrace": 117, "keyctl": 219, "add_key": 217, "request_key": 218, "unshare": 97,
+                             "setns": 268, "process_vm_readv": 270, "process_vm_writev": 271, "clone": 220,
+                             "clone3": 435}),
+}
+DENIED = ("ptrace", "keyctl", "add_key", "request_key", "unshare", "setns", "process_vm_readv", "process_vm_writev")
+CLONE_NEWUSER = 0x10000000
+X32_SYSCALL_BIT = 0x40000000
+
+_LD_ABS, _JEQ, _JGE, _JSET, _RET = 0x20, 0x15, 0x35, 0x45, 0x06  # BPF_LD|W|ABS, BPF_JMP|{JEQ,JGE,JSET}|K, BPF_RET|K
+_ALLOW, _ERRNO, _KILL = 0x7FFF0000, 0x00050000, 0x80000000  # SECCOMP_RET_{ALLOW,ERRNO,KILL_PROCESS}
+_NR, _ARCH, _ARG0 = 0, 4, 16  # offsets in struct seccomp_data (arg0's low 32 bits: little-endian)
+
+
+def program_filter(machine: str | None = None) -> bytes | None:
+    """The filter for ``machine`` (default: this one) as ``struct sock_filter`` bytes, or None."""
+    arch = _ARCHES.get(machine or platform.machine())
+    if arch is None:
+        return None
+    audit_arch, numbers = arch
+    deny, nosys = _ERRNO | errno.EPERM, _ERRNO | errno.ENOSYS
+    # (code, jump-if-true label, jump-if-false label, k); labels are resolved to offsets below
+    body: list[tuple[int, str | None, str | None, int]] = [
+        (_LD_ABS, None, None, _ARCH),
+        (_JEQ, None, "kill", audit_arch),
+        (_LD_ABS, None, None, _NR),
+        (_JGE, "kill", None, X32_SYSCALL_BIT),
+        (_JEQ, "nosys", None, numbers["clone3"]),
+        (_JEQ, "clone", None, numbers["clone"]),
+        *[(_JEQ, "deny", None, numbers[name]) for name in DENIED],
+        (_RET, None, None, _ALLOW),
+        ("clone", None, None, 0),
+        (_LD_ABS, None, None, _ARG0),
+        (_JSET, "deny", None, CLONE_NEWUSER),
+        (_RET, None, None, _ALLOW),
+        ("deny", None, None, 0),
+        (_RET, None, None, deny),
+        ("nosys", None, None, 0),
+        (_RET, None, None, nosys),
+        ("kill", None, None, 0),
+        (_RET, None, None, _KILL),
+    ]
+    labels, instructions = {}, []
+    for code, true, false, k in body:
+        if isinstance(code, str):
+            labels[code] = len(instructions)
+        else:
+            instructions.append((code, true, false, k))
+    out = bytearray()
+    for at, (code, true, false, k) in enumerate(instructions):
+        jt = labels[true] - at - 1 if true else 0
+        jf = labels[false] - at - 1 if false else 0
+        out += struct.pack("=HBBI", code, jt, jf, k)
+    return bytes(out)
