@@ -79,7 +79,7 @@ def _normalise_once(answer: str) -> str:
 
 def rational(s: str) -> Fraction | None:
     r"""``s`` (normalised) as an exact rational: ``12``, ``-0.35625``, ``\frac{3}{4}``, ``-\frac{3}{4}``,
-    the mixed number ``15\frac{39}{40}``."""
+    the mixed number ``15\frac{39}{40}``, the repeating decimal ``0.1\overline{6}``."""
     m = re.fullmatch(r"(-?)(\d*)\\frac\{(-?\d+)\}\{(-?\d+)\}", s)  # a mixed number 15\frac{39}{40} too
     try:
         if m:
@@ -87,6 +87,12 @@ def rational(s: str) -> Fraction | None:
             return -value if m.group(1) else value
         if re.fullmatch(r"-?(\d+\.?\d*|\.\d+)", s):
             return Fraction(Decimal(s))
+        m = re.fullmatch(r"(-?)(\d*)\.(\d*)\\overline\{(\d+)\}", s)  # 0.1\overline{6} = 1/6
+        if m:
+            sign, whole, fixed, period = m.groups()
+            value = int(whole or 0) + Fraction(int(fixed or 0), 10 ** len(fixed)) + Fraction(
+                int(period), (10 ** len(period) - 1) * 10 ** len(fixed))
+            return -value if sign else value
     except (ZeroDivisionError, InvalidOperation, ValueError):
         pass
     return None
