@@ -106,5 +106,5 @@ def test_third_party_engine_via_entry_points(pytester: pytest.Pytester, tmp_path
     assert result.parseoutcomes() == {"passed": 198, "regressed": 2}  # n0 and n50 garbled
     result.stdout.fnmatch_lines([
         "*fast*0.9800*2*valid*+100.0%*",
-        "*CERTIFIED (echo, gate): fast is valid; deploy fast (+100.0% tpf, -2.0 accuracy points)*",
+        "*CERTIFIED (echo, gate): fast is certified; deploy fast (+100.0% tpf, -2.0 accuracy points)*",  # no check_config: fine
     ])
