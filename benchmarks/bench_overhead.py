@@ -15,19 +15,24 @@ loop) is overhead. Each row decodes the first ``--batch`` calibration prompts of
 suite as one batch, threads 1, after a warm-up; the best (lowest-wall) of ``--repeats`` runs is
 kept. Rows: the block-diffusion reference and its skip rule, FlowBlock, BlockBatch (the
 parameters of grids/mixed.yaml's defaults), speculative (lossless and typical, grids/speculative.yaml)
-and quantized (int8, nf4; grids/quantization.yaml), each on the embedded models.
+and quantized (int8, nf4; grids/quantization.yaml), each on the embedded models. ``--before``
+adds the speculative and quantized rows decoded with the cache they used before the preallocated
+one (tests/compact_row_cache.py), so before and after are measured in the same run.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import platform
+import sys
 import time
 from pathlib import Path
 
 import torch
 from transformers import PreTrainedModel
 
-from pytest_redline.engines import modeling
+from pytest_redline.engines import autoregressive, modeling
 from pytest_redline.engines.autoregressive import AR_DRAFT, AR_TARGET
 from pytest_redline.suites.arithmetic import ArithmeticSuite
 
@@ -35,6 +40,7 @@ BD = {"model": modeling.EMBEDDED_MODEL, "device": "cpu", "dtype": "float32"}
 ROWS = {  # row -> (engine entry-point name, engine_args, config)
     "block_diffusion reference": ("block_diffusion", BD, {}),
     "block_diffusion skip rule": ("block_diffusion", BD, {"skip_masked_blocks": True}),
+    "block_diffusion eager": ("block_diffusion", BD, {"schedule": "eager"}),
     "flowblock w3/s50/acc95/edit": ("flowblock", BD, {"window": 3, "spawn_threshold": 0.5, "accept_threshold": 0.95}),
     "blockbatch bs4-8-16/acc90/m50": ("blockbatch", BD, {"block_sizes": [4, 8, 16], "accept_threshold": 0.90, "merge_threshold": 0.5}),
     "speculative lossless": ("speculative", {"target": AR_TARGET, "draft": AR_DRAFT, "device": "cpu", "dtype": "float32"},
@@ -82,12 +88,32 @@ def models_of(engine) -> list[PreTrainedModel]:
     return list(found.values())
 
 
-def overhead(engine, prompts, config, repeats: int) -> tuple[float, float]:
+@contextlib.contextmanager
+def compact_cache(engine):
+    """Decode with the cache used before the preallocated one (speculative and quantized engines)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from compact_row_cache import CompactRowCache
+
+    saved = autoregressive.RowCache
+    autoregressive.RowCache = CompactRowCache  # greedy() (the quantized engine) looks it up here
+    if hasattr(engine, "target"):
+        engine.decode = functools.partial(type(engine).decode, engine, row_cache=CompactRowCache)
+    try:
+        yield
+    finally:
+        autoregressive.RowCache = saved
+        vars(engine).pop("decode", None)
+
+
+def overhead(engine, prompts, config, repeats: int, before: bool = False) -> tuple[float, float]:
     """(wall, inside) of the best of ``repeats`` runs of ``engine.generate(prompts, config)``."""
     engine.generate(prompts[:8], config)  # warm-up (and the quantized engine loads its mode)
     clock = ModelClock(models_of(engine))
     best = None
-    try:
+    with contextlib.ExitStack() as stack:
+        stack.callback(clock.close)
+        if before:
+            stack.enter_context(compact_cache(engine))
         for _ in range(repeats):
             clock.inside = 0.0
             start = time.perf_counter()
@@ -95,8 +121,6 @@ def overhead(engine, prompts, config, repeats: int) -> tuple[float, float]:
             wall = time.perf_counter() - start
             if best is None or wall < best[0]:
                 best = (wall, clock.inside)
-    finally:
-        clock.close()
     return best
 
 
@@ -108,21 +132,24 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--only", nargs="*", default=None, help="rows whose name contains any of these words")
+    parser.add_argument("--before", action="store_true", help="also the speculative and quantized rows with the old cache")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     prompts = ArithmeticSuite(split="calibration", n=args.batch, seed=0).prompts()
     rows = {k: v for k, v in ROWS.items() if not args.only or any(word in k for word in args.only)}
     print(f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, torch {torch.__version__}, "
           f"batch {args.batch}, best of {args.repeats}")
-    print(f"{'engine / config':<32}{'wall s':>9}{'inside s':>10}{'outside s':>11}{'overhead':>10}")
+    print(f"{'engine / config':<38}{'wall s':>9}{'inside s':>10}{'outside s':>11}{'overhead':>10}")
     engines: dict[str, object] = {}
     for row, (name, engine_args, config) in rows.items():
         key = f"{name}:{sorted(engine_args.items())}"
         if key not in engines:
             engines[key] = registry.factory(registry.ENGINES, name)(**engine_args)
             torch.set_num_threads(args.threads)
-        wall, inside = overhead(engines[key], prompts, config, args.repeats)
-        print(f"{row:<32}{wall:>9.3f}{inside:>10.3f}{wall - inside:>11.3f}{(wall - inside) / inside:>10.1%}", flush=True)
+        runs = [(row, False)] + ([(f"{row} (before)", True)] if args.before and name in ("speculative", "quantized") else [])
+        for label, before in runs:
+            wall, inside = overhead(engines[key], prompts, config, args.repeats, before)
+            print(f"{label:<38}{wall:>9.3f}{inside:>10.3f}{wall - inside:>11.3f}{(wall - inside) / inside:>10.1%}", flush=True)
 
 
 if __name__ == "__main__":

@@ -8,25 +8,31 @@ number of the tokens it fed, so the batch is stored as left-padded rows that may
   (left-padded to a common width; padding slots are invalid keys) and returns the last logits.
   ``retain`` rolls the cache back: each row keeps the longest prefix of its cached tokens that
   agrees with the row's accepted sequence, every other column is dropped (a rejected token's
-  K/V never stays), and finished rows leave the batch. With ``recompute=True`` nothing is
-  cached: every forward recomputes the row from its first token (the reference for tests).
+  K/V never stays), and finished rows leave the batch. The K/V sit in preallocated buffers
+  (:class:`RowLayer`): a rollback moves a row's write cursor back instead of copying the cache,
+  and a finished row's slot is refilled by the last live row (:func:`fill_order`), so the
+  engine's own work per round stays small beside the model's. With ``recompute=True`` nothing
+  is cached: every forward recomputes the row from its first token (the reference for tests).
 - Attention uses an explicit 4-D additive mask: a query attends the valid keys at positions up to
-  its own (``modeling.block_causal_mask`` with block size 1). Position ids count from 0 at each
+  its own (``modeling.block_mask`` over positions: causal). Position ids count from 0 at each
   row's first token, as in training (no BOS).
 - :func:`greedy` is plain greedy decoding on a :class:`RowCache`; :class:`Request` keeps one
-  prompt's tokens and stops at the first EOS or at ``max_new_tokens``.
+  prompt's tokens and stops at the first EOS, at the first of the prompt's stop strings
+  (``Prompt.stop``: the text before it is returned, the tokens through it counted) or at
+  ``max_new_tokens``.
 """
 from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import torch
-from transformers import DynamicCache
+from transformers.cache_utils import Cache, CacheLayerMixin
 
 from pytest_redline.engines import modeling
-from pytest_redline.suites.base import Prompt
+from pytest_redline.engines.base import Generation
+from pytest_redline.suites.base import Prompt, cut_at_stop
 
 AR_TARGET = modeling.EMBEDDED_MODEL.parent / "ar-target"  # the embedded autoregressive models
 AR_DRAFT = modeling.EMBEDDED_MODEL.parent / "ar-draft"
@@ -70,7 +76,13 @@ def eos_ids(model, tokenizer, where: str) -> frozenset[int]:
 
 @dataclass
 class Request:
-    """One prompt's tokens; ``output`` is what follows the prompt, cut after the first EOS."""
+    """One prompt's tokens; ``output`` is what follows the prompt, cut after the first EOS.
+
+    With ``stop`` strings (``Prompt.stop``) and ``decode`` (ids -> text), the request also ends
+    at the token that completes the first stop string: ``output`` keeps the tokens through it
+    and ``text`` the text before the stop string. ``finish_reason``: ``eos``, ``stop`` or
+    ``length`` once done.
+    """
 
     tokens: list[int]
     prompt_len: int
@@ -78,17 +90,24 @@ class Request:
     eos: frozenset[int]
     done: bool = False
     counts: dict[str, int] = field(default_factory=dict)
+    stop: tuple[str, ...] = ()
+    decode: Callable[[list[int]], str] | None = None
+    finish_reason: str | None = None
 
     def append(self, new: Sequence[int]) -> int:
-        """Append tokens up to the first EOS and the length limit; returns how many were appended."""
+        """Append tokens up to the first EOS, stop string or the length limit; returns how many were appended."""
         taken = 0
         for token in new[: self.limit - len(self.tokens)]:
             self.tokens.append(int(token))
             taken += 1
             if token in self.eos:
-                self.done = True
+                self.done, self.finish_reason = True, "eos"
                 break
-        self.done = self.done or len(self.tokens) >= self.limit
+            if self.stop and cut_at_stop(self._decoded(), self.stop)[1]:
+                self.done, self.finish_reason = True, "stop"
+                break
+        if not self.done and len(self.tokens) >= self.limit:
+            self.done, self.finish_reason = True, "length"
         return taken
 
     def count(self, key: str, value: int = 1) -> None:
@@ -98,33 +117,140 @@ class Request:
     def output(self) -> list[int]:
         return self.tokens[self.prompt_len :]
 
+    @property
+    def text(self) -> str:
+        """The output's text without EOS, cut before the first stop string."""
+        return cut_at_stop(self._decoded(), self.stop)[0]
+
+    def _decoded(self) -> str:
+        if self.decode is None:
+            raise ValueError("Request.decode is needed for text and stop strings")
+        return self.decode([t for t in self.output if t not in self.eos])
+
+
+def new_request(tokenizer, prompt: Prompt, max_new_tokens: int, eos: frozenset[int], engine: str) -> Request:
+    """The request for ``prompt``: its encoded ids, the token limit, and its stop strings."""
+    ids = encode(tokenizer, prompt, engine)
+    decode = lambda ids: tokenizer.decode(ids, skip_special_tokens=False)  # noqa: E731
+    return Request(tokens=ids, prompt_len=len(ids), limit=len(ids) + max_new_tokens, eos=eos, stop=tuple(prompt.stop), decode=decode)
+
+
+def generation(req: Request, extra: Mapping[str, float]) -> Generation:
+    """The request's Generation: text before any stop string, tokens and forwards through the cut."""
+    return Generation(text=req.text, tokens=len(req.output), forwards=req.counts.get("forwards", 0), extra=dict(extra),
+                      finish_reason=req.finish_reason)
+
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
+    """The length of the longest common prefix of ``a`` and ``b`` (list slices compare at C speed)."""
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return n
+    low, high = 0, n  # a[:low] == b[:low] and a[:high] != b[:high]
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (mid, high) if a[low:mid] == b[low:mid] else (low, mid)
+    return low
+
+
+class RowLayer(CacheLayerMixin):
+    """One layer's K/V over the rows, in a preallocated buffer ``(rows, capacity, heads, head_dim)``.
+
+    The owning :class:`RowCache` plans each forward (``rows``/``columns``: where each live row
+    writes its new K/V; ``width``: how many columns attention reads). Writing copies the new
+    columns only, and attention reads a view of the buffer: nothing else is copied per forward.
+    """
+
+    is_sliding = False
+
+    def __init__(self, owner: "RowCache"):
+        super().__init__()
+        self.owner = owner
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        _, heads, _, dim = key_states.shape
+        shape = (self.owner.capacity_rows, self.owner.capacity, heads, dim)
+        self.keys = torch.zeros(shape, dtype=key_states.dtype, device=key_states.device)
+        self.values = torch.zeros(shape, dtype=value_states.dtype, device=value_states.device)
+        self.is_initialized = True
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        if self.keys.shape[1] < self.owner.capacity:
+            self.keys, self.values = (_grow(t, self.owner.capacity) for t in (self.keys, self.values))
+        rows, columns, width = self.owner.rows, self.owner.columns, self.owner.width
+        self.keys[rows, columns] = key_states.transpose(1, 2)
+        self.values[rows, columns] = value_states.transpose(1, 2)
+        n = key_states.shape[0]
+        return self.keys[:n, :width].transpose(1, 2), self.values[:n, :width].transpose(1, 2)
+
+    def move_rows(self, dst: torch.Tensor, src: torch.Tensor) -> None:
+        if self.is_initialized:
+            self.keys[dst] = self.keys[src]
+            self.values[dst] = self.values[src]
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        return self.owner.width, 0
+
+    def get_seq_length(self) -> int:
+        return self.owner.width
+
+    def get_max_length(self) -> int:
+        return -1
+
+
+def _grow(t: torch.Tensor, capacity: int) -> torch.Tensor:
+    """``t`` with its dimension 1 zero-padded to ``capacity`` (a copy; amortised by doubling)."""
+    grown = t.new_zeros(t.shape[0], capacity, *t.shape[2:])
+    grown[:, : t.shape[1]] = t
+    return grown
+
+
+def fill_order(rows: int, keep: Sequence[int]) -> list[int]:
+    """The order in which the rows ``keep`` (of ``rows``) stay in a :class:`RowCache`.
+
+    Kept rows keep their slots, except that each slot left by a dropped row among the first
+    ``len(keep)`` is filled by the last kept row beyond them: only the moved rows are copied,
+    and the live rows stay a prefix of the buffer. Returns, per new slot, the old row.
+    """
+    n = len(keep)
+    kept = set(keep)
+    tail = [r for r in keep if r >= n]
+    return [r if r in kept else tail.pop() for r in range(n)]
 
 
 class RowCache:
-    """One model's KV cache over a batch of left-padded rows, rolled back per row."""
+    """One model's KV cache over a batch of left-padded rows, rolled back per row.
 
-    def __init__(self, model, rows: int, pad_id: int, recompute: bool = False):
+    The K/V live in preallocated per-layer buffers (:class:`RowLayer`). Each row has its own
+    column cursor: a forward writes a row's new tokens (its left padding included, as invalid
+    keys) at its cursor; a rollback only moves the cursor back and marks the dropped columns
+    invalid, so later tokens overwrite them. Finished rows leave by :func:`fill_order`. Keys are
+    located by ``k_pos`` (absolute positions) and ``k_valid`` per row and column.
+    """
+
+    def __init__(self, model, rows: int, pad_id: int, recompute: bool = False, capacity: int = 64):
         self.model, self.pad_id, self.recompute = model, pad_id, recompute
         self.device = model.get_input_embeddings().weight.device
         self.dtype = model.get_input_embeddings().weight.dtype  # embeddings are never quantized
-        forward_args = inspect.signature(model.forward).parameters
+        # the decoder and the head are called directly (as LlamaForCausalLM.forward does, without
+        # its per-call wrappers), unless the architecture post-processes its logits
+        self._direct = not any(getattr(model.config, key, None) for key in ("final_logit_softcapping", "logit_scale"))
+        forward_args = inspect.signature((model.get_decoder() if self._direct else model).forward).parameters
         self._cache_kwarg = "cache" if "cache" in forward_args else "past_key_values"  # transformers 5.x vs older
         self.tokens: list[list[int]] = [[] for _ in range(rows)]  # per row, the tokens whose K/V are cached
+        self.capacity_rows, self.capacity = rows, capacity
         self._reset()
 
     def _reset(self) -> None:
         rows = len(self.tokens)
-        self.cache = DynamicCache(config=self.model.config)
-        self.k_pos = torch.zeros(rows, 0, dtype=torch.long, device=self.device)
-        self.k_valid = torch.zeros(rows, 0, dtype=torch.bool, device=self.device)
+        layers = self.model.config.get_text_config().num_hidden_layers
+        self.cache = Cache(layers=[RowLayer(self) for _ in range(layers)])
+        self.cursor = torch.zeros(rows, dtype=torch.long, device=self.device)  # per row, the next column to write
+        self.k_pos = torch.zeros(rows, self.capacity, dtype=torch.long, device=self.device)
+        self.k_valid = torch.zeros(rows, self.capacity, dtype=torch.bool, device=self.device)
+        self.width = 0
 
     def cached(self, row: int) -> int:
         return len(self.tokens[row])
@@ -145,57 +271,77 @@ class RowCache:
         q_pos = torch.tensor([[0] * pad + list(range(start, start + len(f))) for pad, start, f in zip(pads, starts, feeds)],
                              dtype=torch.long, device=self.device)
         q_valid = torch.arange(width, device=self.device)[None, :] >= torch.tensor(pads, device=self.device)[:, None]
-        k_pos, k_valid = torch.cat([self.k_pos, q_pos], 1), torch.cat([self.k_valid, q_valid], 1)
-        mask = modeling.block_causal_mask(q_pos, k_pos, 1, self.dtype, k_valid)
-        out = self.model(
-            input_ids=ids,
-            attention_mask=mask,
-            position_ids=q_pos,
-            **{self._cache_kwarg: self.cache},
-            use_cache=True,
-            logits_to_keep=keep,
-        )
-        self.k_pos, self.k_valid = k_pos, k_valid
-        self.tokens = [list(f) if self.recompute else t + list(f) for t, f in zip(self.tokens, feeds)]
-        return out.logits[:, -keep:]
+        self.columns = self.cursor[:, None] + torch.arange(width, device=self.device)[None, :]
+        self.rows = torch.arange(len(feeds), device=self.device)[:, None].expand_as(self.columns)
+        end = int(self.cursor.max()) + width
+        if end > self.capacity:
+            self.capacity = max(end, 2 * self.capacity)  # the layers grow at their next update
+            self.k_pos, self.k_valid = _grow(self.k_pos, self.capacity), _grow(self.k_valid, self.capacity)
+        self.k_pos[self.rows, self.columns] = q_pos
+        self.k_valid[self.rows, self.columns] = q_valid
+        self.width = end
+        if width == 1:  # one token per row: it attends every valid key (all earlier, itself included)
+            mask = torch.zeros(len(feeds), 1, 1, end, dtype=self.dtype, device=self.device)
+            mask.masked_fill_(~self.k_valid[:, None, None, :end], torch.finfo(self.dtype).min)
+        else:
+            mask = modeling.block_mask(q_pos, self.k_pos[:, :end], self.dtype, self.k_valid[:, :end])  # causal: blocks of 1
+        inputs = dict(input_ids=ids, attention_mask=mask, position_ids=q_pos, use_cache=True, **{self._cache_kwarg: self.cache})
+        if self._direct:
+            hidden = self.model.get_decoder()(**inputs).last_hidden_state
+            logits = self.model.get_output_embeddings()(hidden[:, -keep:])
+        else:
+            logits = self.model(**inputs, logits_to_keep=keep).logits[:, -keep:]
+        self.cursor += width
+        if self.recompute:
+            self.tokens = [list(f) for f in feeds]
+        else:
+            for t, f in zip(self.tokens, feeds):
+                t.extend(f)
+        return logits
 
     def retain(self, sequences: Sequence[Sequence[int]], rows: Sequence[int]) -> None:
-        """Keep rows ``rows`` (in that order); each keeps its cached tokens that prefix ``sequences[row]``."""
+        """Keep rows ``rows`` (new slot j holds old row ``rows[j]``); each keeps its cached tokens
+        that prefix ``sequences[row]``."""
         counts = [common_prefix(self.tokens[r], sequences[r]) for r in rows]
-        self.tokens = [self.tokens[r][:c] for r, c in zip(rows, counts)]
+        self.tokens = [self.tokens[r] for r in rows]
+        for t, c in zip(self.tokens, counts):
+            del t[c:]
         if self.recompute:
             return
-        index = torch.tensor(list(rows), dtype=torch.long, device=self.device)
-        valid = self.k_valid[index]
+        moved = [(j, r) for j, r in enumerate(rows) if j != r]
+        if moved:
+            dst = torch.tensor([j for j, _ in moved], dtype=torch.long, device=self.device)
+            src = torch.tensor([r for _, r in moved], dtype=torch.long, device=self.device)
+            for layer in self.cache.layers:
+                layer.move_rows(dst, src)
+            self.k_pos[dst], self.k_valid[dst] = self.k_pos[src], self.k_valid[src]
+        n = len(rows)
+        self.k_pos, self.k_valid = self.k_pos[:n], self.k_valid[:n]
+        # each row keeps its first ``count`` valid columns; the cursor moves back to just after them
         limit = torch.tensor(counts, dtype=torch.long, device=self.device)
+        valid = self.k_valid
         keep = valid & (valid.long().cumsum(1) <= limit[:, None])
-        width = max(counts, default=0)
-        # left-pad each row's kept columns: invalid columns first, then the kept ones in order
-        order = torch.argsort(keep.int(), dim=1, stable=True)[:, keep.shape[1] - width :]
-        for layer in self.cache.layers:
-            if getattr(layer, "keys", None) is None:
-                continue
-            gather = order[:, None, :, None].expand(-1, layer.keys.shape[1], -1, layer.keys.shape[-1])
-            layer.keys = layer.keys[index].gather(2, gather)
-            layer.values = layer.values[index].gather(2, gather)
-        self.k_pos = self.k_pos[index].gather(1, order)
-        self.k_valid = keep.gather(1, order)
+        columns = torch.arange(valid.shape[1], device=self.device)
+        self.cursor = torch.where(keep, columns + 1, 0).amax(1) if n else self.cursor[:0]
+        self.k_valid = valid & (columns[None, :] < self.cursor[:, None])
 
 
 @torch.no_grad()
-def greedy(model, requests: Sequence[Request], pad_id: int, recompute: bool = False) -> None:
+def greedy(model, requests: Sequence[Request], pad_id: int, recompute: bool = False, row_cache=None) -> None:
     """Greedy decoding of ``requests`` as one batch, in place; counts ``forwards`` per request.
 
     The first forward is the prefill (it yields the first token); each later one feeds the last
-    token. Finished requests leave the batch.
+    token. Finished requests leave the batch. ``row_cache``: the cache class (default
+    :class:`RowCache`; tests pass the one it replaced).
     """
     running = [r for r in requests if not r.done]
-    cache = RowCache(model, len(running), pad_id, recompute)
+    row_cache = row_cache or RowCache
+    cache = row_cache(model, len(running), pad_id, recompute, capacity=max((r.limit for r in running), default=1))
     while running:
         logits = cache.forward([r.tokens[cache.cached(i) :] for i, r in enumerate(running)], keep=1)
         for req, token in zip(running, logits[:, -1].argmax(-1).tolist()):
             req.append([token])
             req.count("forwards")
-        keep = [i for i, r in enumerate(running) if not r.done]
-        cache.retain([r.tokens for r in running], keep)
-        running = [running[i] for i in keep]
+        order = fill_order(len(running), [i for i, r in enumerate(running) if not r.done])
+        cache.retain([r.tokens for r in running], order)
+        running = [running[i] for i in order]

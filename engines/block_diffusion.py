@@ -255,7 +255,7 @@ class BlockDiffusionEngine:
         return self._fingerprint
 
     def describe(self) -> dict[str, str]:
-        return modeling.describe(self.name, self.device, self.dtype, model=self.path, **self.checkpoint.describe())
+        return modeling.describe(self.name, self.device, self.dtype, model=self.path, rules=self.rules, **self.checkpoint.describe())
 
     @classmethod
     def identity(cls, engine_args: Mapping[str, Any], cache_dir: str | Path | None = None) -> dict[str, Any]:
@@ -266,7 +266,7 @@ class BlockDiffusionEngine:
         args = modeling.engine_arguments(cls, engine_args)
         path = Path(args["model"]) if args["model"] is not None else modeling.EMBEDDED_MODEL
         declared = checkpoints.inspect(path, args["mask_token_id"]).describe()
-        return modeling.identity(cls.name, args["device"], args["dtype"], [path], model=path, **declared)
+        return modeling.identity(cls.name, args["device"], args["dtype"], [path], model=path, rules=cls.rules, **declared)
 
     @staticmethod
     def check_engine_args(engine_args: Mapping[str, Any]) -> dict[str, str] | None:

@@ -20,6 +20,7 @@ Costs, in ``Generation.extra`` (the same weight values on every prompt of a conf
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
 import logging
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -28,7 +29,7 @@ import torch
 from transformers import AutoModelForCausalLM, BitsAndBytesConfig
 
 from pytest_redline.engines import memory, modeling
-from pytest_redline.engines.autoregressive import AR_TARGET, Request, encode, eos_ids, greedy, set_threads
+from pytest_redline.engines.autoregressive import AR_TARGET, Request, eos_ids, generation, greedy, new_request, set_threads
 from pytest_redline.engines.base import Generation
 from pytest_redline.suites.base import Prompt
 
@@ -44,6 +45,30 @@ def check_config(params: Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"quantized: max_new_tokens: expected int >= 1, got {n!r}")
     return values
+
+
+def quantization_runtime(device: torch.device) -> dict[str, str]:
+    """What, besides the device, decides the quantized outcomes and their memory: bitsandbytes'
+    version, and the dtype of the 4-bit layers' absmax scales (:func:`absmax_dtype`)."""
+    return {
+        "quantization": f"bitsandbytes {importlib.metadata.version('bitsandbytes')} ({', '.join(MODES[1:])})",
+        "absmax_4bit": absmax_dtype(device),
+    }
+
+
+def absmax_dtype(device: torch.device) -> str:
+    """The dtype of the nf4/fp4 absmax scales once a layer has run a forward: bitsandbytes
+    (``Linear4bit.forward``, 0.48+) repacks them to bfloat16 for its CPU kernel when the CPU has
+    AVX512-BF16, and keeps float32 elsewhere and on CUDA. So nf4's weight memory on the embedded
+    ar-target is 612,608 bytes on such a CPU and 645,376 bytes otherwise: the outcome key records
+    it. Read from the CPU flags without importing bitsandbytes (the engine checks it after loading)."""
+    if device.type != "cpu":
+        return "float32"
+    try:
+        flags = {word for line in open("/proc/cpuinfo") if line.startswith("flags") for word in line.split()}
+    except OSError:
+        flags = set()
+    return "bfloat16" if "avx512_bf16" in flags else "float32"
 
 
 def bnb_config(mode: str, compute_dtype: torch.dtype) -> BitsAndBytesConfig:
@@ -91,23 +116,27 @@ class QuantizedEngine:
         return self._fingerprint
 
     def describe(self) -> dict[str, str]:
-        import bitsandbytes
+        return modeling.describe(self.name, self.device, self.dtype, model=self.path, **quantization_runtime(self.device))
 
-        quantization = f"bitsandbytes {bitsandbytes.__version__} ({', '.join(MODES[1:])})"
-        return modeling.describe(self.name, self.device, self.dtype, model=self.path, quantization=quantization)
+    @classmethod
+    def identity(cls, engine_args: Mapping[str, Any], cache_dir: str | Path | None = None) -> dict[str, Any]:
+        """Model-free: what ``fingerprint()`` and ``describe()`` return once built (a warm rerun's
+        key); weight hashes are cached in ``cache_dir``."""
+        modeling.cache_weight_hashes(cache_dir)
+        args = modeling.engine_arguments(cls, engine_args)
+        path = Path(args["model"]) if args["model"] is not None else AR_TARGET
+        device = modeling.loaded_device(args["device"])
+        return modeling.identity(cls.name, device, args["dtype"], [path], model=path, **quantization_runtime(device))
 
     def generate(self, prompts: Sequence[Prompt], config: Mapping[str, Any]) -> list[Generation]:
         cfg = check_config(config)
         model = self.model(cfg["quantization"])
-        requests = []
-        for prompt in prompts:
-            ids = encode(self.tokenizer, prompt, self.name)
-            requests.append(Request(tokens=ids, prompt_len=len(ids), limit=len(ids) + cfg["max_new_tokens"], eos=self.eos))
+        requests = [new_request(self.tokenizer, p, cfg["max_new_tokens"], self.eos, self.name) for p in prompts]
         peak = self._decode(model, requests)
         extra = {"memory": float(self._memory["total"]), "memory_scales": float(self._memory["scales"])}
         if peak is not None:
             extra["memory_peak"] = float(peak)
-        return [self._generation(r, extra) for r in requests]
+        return [generation(r, extra) for r in requests]
 
     # -- loading ----------------------------------------------------------------------------
 
@@ -119,6 +148,7 @@ class QuantizedEngine:
             self._mode = mode
             with torch.no_grad(), _quiet_int8_casts():  # on the CPU, bitsandbytes repacks 4-bit weights
                 self._model(input_ids=torch.tensor([[self.pad_id]], device=self.device))  # (bf16 scales) at the first forward
+            self._check_absmax(mode)
             self._memory = memory.weight_memory(self._model)
         return self._model
 
@@ -139,6 +169,17 @@ class QuantizedEngine:
             raise ValueError(f"quantized: {self.path}: bitsandbytes quantized no layer in mode {mode!r}")
         return model.eval()
 
+    def _check_absmax(self, mode: str) -> None:
+        """The 4-bit scales have the dtype the outcome key recorded (:func:`absmax_dtype`)."""
+        states = [m.weight.quant_state for m in self._model.modules() if getattr(getattr(m, "weight", None), "quant_state", None)]
+        found = {str(s.absmax.dtype).removeprefix("torch.") for s in states}
+        expected = absmax_dtype(self.device)
+        if found and found != {expected}:
+            raise RuntimeError(
+                f"quantized: {self.path}: mode {mode!r}: bitsandbytes keeps the absmax scales in {', '.join(sorted(found))}, "
+                f"but the outcome key records {expected} (engines/quantized.py absmax_dtype)"
+            )
+
     # -- decoding ---------------------------------------------------------------------------
 
     def _decode(self, model, requests: list[Request]) -> int | None:
@@ -155,11 +196,6 @@ class QuantizedEngine:
             with memory.TensorPeak(model) as tracker:
                 greedy(model, requests, self.pad_id)
             return tracker.peak
-
-    def _generation(self, req: Request, extra: Mapping[str, float]) -> Generation:
-        out = req.output
-        text = self.tokenizer.decode([t for t in out if t not in self.eos], skip_special_tokens=False)
-        return Generation(text=text, tokens=len(out), forwards=req.counts.get("forwards", 0), extra=dict(extra))
 
 
 @contextlib.contextmanager

@@ -30,7 +30,6 @@ The cost is ``apf`` = tokens / target forwards.
 """
 from __future__ import annotations
 
-import hashlib
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,7 +38,9 @@ from typing import Any, Mapping, Sequence
 import torch
 
 from pytest_redline.engines import modeling
-from pytest_redline.engines.autoregressive import AR_DRAFT, AR_TARGET, Request, RowCache, encode, eos_ids, set_threads
+from pytest_redline.engines.autoregressive import (
+    AR_DRAFT, AR_TARGET, Request, RowCache, eos_ids, fill_order, generation, new_request, set_threads,
+)
 from pytest_redline.engines.base import Generation
 from pytest_redline.suites.base import Prompt
 
@@ -115,6 +116,11 @@ class SpeculativeEngine:
 
     name = "speculative"
 
+    @classmethod
+    def check_config(cls, params: Mapping[str, Any]) -> None:
+        """Check a config's parameters without a model: the gate calls it while preparing a grid."""
+        SpecConfig.from_params(params)
+
     def __init__(
         self,
         target: str | Path | None = None,
@@ -140,13 +146,24 @@ class SpeculativeEngine:
 
     def fingerprint(self) -> str:
         if self._fingerprint is None:
-            parts = (modeling.fingerprint(self.target_path), modeling.fingerprint(self.draft_path))
-            self._fingerprint = hashlib.sha256(":".join(parts).encode()).hexdigest()
+            self._fingerprint = modeling.fingerprint(self.target_path, self.draft_path)
         return self._fingerprint
 
     def describe(self) -> dict[str, str]:
         return modeling.describe(
             self.name, self.device, self.dtype, target=self.target_path, draft=self.draft_path, quantization="none"
+        )
+
+    @classmethod
+    def identity(cls, engine_args: Mapping[str, Any], cache_dir: str | Path | None = None) -> dict[str, Any]:
+        """Model-free: what ``fingerprint()`` and ``describe()`` return once built (a warm rerun's
+        key); weight hashes are cached in ``cache_dir``."""
+        modeling.cache_weight_hashes(cache_dir)
+        args = modeling.engine_arguments(cls, engine_args)
+        target = Path(args["target"]) if args["target"] is not None else AR_TARGET
+        draft = Path(args["draft"]) if args["draft"] is not None else AR_DRAFT
+        return modeling.identity(
+            cls.name, args["device"], args["dtype"], [target, draft], target=target, draft=draft, quantization="none"
         )
 
     def generate(self, prompts: Sequence[Prompt], config: Mapping[str, Any]) -> list[Generation]:
@@ -158,16 +175,16 @@ class SpeculativeEngine:
     # -- decoding ---------------------------------------------------------------------------
 
     def _request(self, prompt: Prompt, cfg: SpecConfig) -> Request:
-        ids = encode(self.tokenizer, prompt, self.name)
-        return Request(tokens=ids, prompt_len=len(ids), limit=len(ids) + cfg.max_new_tokens, eos=self.eos)
+        return new_request(self.tokenizer, prompt, cfg.max_new_tokens, self.eos, self.name)
 
     @torch.no_grad()
-    def decode(self, requests: Sequence[Request], cfg: SpecConfig) -> None:
-        """Decode ``requests`` as one batch, in place."""
+    def decode(self, requests: Sequence[Request], cfg: SpecConfig, row_cache=RowCache) -> None:
+        """Decode ``requests`` as one batch, in place (``row_cache``: the cache class, for tests)."""
         gamma = cfg.num_draft_tokens
         running = [r for r in requests if not r.done]
-        target = RowCache(self.target, len(running), self.pad_id, recompute=not cfg.use_cache)
-        draft = RowCache(self.draft, len(running), self.pad_id, recompute=not cfg.use_cache)
+        capacity = max((r.limit for r in running), default=1) + gamma  # a row feeds at most γ tokens past its limit
+        target = row_cache(self.target, len(running), self.pad_id, recompute=not cfg.use_cache, capacity=capacity)
+        draft = row_cache(self.draft, len(running), self.pad_id, recompute=not cfg.use_cache, capacity=capacity)
         while running:
             proposals = self._propose(draft, running, gamma)
             feeds = [r.tokens[target.cached(i) :] + p for i, (r, p) in enumerate(zip(running, proposals.tolist()))]
@@ -180,11 +197,11 @@ class SpeculativeEngine:
                 req.count("draft_forwards", gamma)
                 req.count("proposed_draft_tokens", gamma)
                 req.count("accepted_draft_tokens", min(n, appended))
-            keep = [i for i, r in enumerate(running) if not r.done]
+            order = fill_order(len(running), [i for i, r in enumerate(running) if not r.done])
             sequences = [r.tokens for r in running]
-            target.retain(sequences, keep)
-            draft.retain(sequences, keep)
-            running = [running[i] for i in keep]
+            target.retain(sequences, order)
+            draft.retain(sequences, order)
+            running = [running[i] for i in order]
 
     def _propose(self, draft: RowCache, running: Sequence[Request], gamma: int) -> torch.Tensor:
         """γ greedy draft tokens per request, shape (rows, γ)."""
@@ -196,10 +213,7 @@ class SpeculativeEngine:
         return proposals
 
     def _generation(self, req: Request) -> Generation:
-        out = req.output
-        text = self.tokenizer.decode([t for t in out if t not in self.eos], skip_special_tokens=False)
-        extra = {key: float(req.counts.get(key, 0)) for key in ("draft_forwards", "proposed_draft_tokens", "accepted_draft_tokens")}
-        return Generation(text=text, tokens=len(out), forwards=req.counts.get("forwards", 0), extra=extra)
+        return generation(req, {key: float(req.counts.get(key, 0)) for key in ("draft_forwards", "proposed_draft_tokens", "accepted_draft_tokens")})
 
 
 def check_same_tokenizer(target, draft, target_path: Path, draft_path: Path) -> None:

@@ -97,6 +97,8 @@ class Decoder:
         poll_s: float = 0.2,
     ) -> None:
         self.cal, self.store, self.engines, self.session = cal, store, engines, session
+        if engines.cache_dir is None:  # engines keep their weight hashes beside the store
+            engines.cache_dir = store.path.parent
         self.progress, self.poll_s = progress, poll_s
         self.batch_size = cal.grid.batch_size
         self.schedule = None if cal.full else Schedule(cal.n, self.batch_size, cal.seed, cal.stop_rule())

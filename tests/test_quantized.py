@@ -2,6 +2,8 @@
 decoding is plain greedy, and the peak-memory tracker measures what is alive."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -85,6 +87,20 @@ def test_reference_mode_is_the_target_greedy_output(engine, prompts) -> None:
     for row in ids[:, batch.input_ids.shape[1] :].tolist():
         expected.append(tok.decode(row[: row.index(tok.eos_token_id)] if tok.eos_token_id in row else row))
     assert got == expected
+
+
+def test_stop_string_ends_greedy_decoding_at_the_cut(engine, prompts) -> None:
+    """Prompt.stop: the text before the first stop string, tokens and forwards through the token
+    that completes it (one per greedy token), finish_reason stop; else eos or length."""
+    full = engine.generate(prompts, {"quantization": "none"})
+    cut = engine.generate([dataclasses.replace(p, stop=(",",)) for p in prompts], {"quantization": "none"})
+    assert {g.finish_reason for g in full} <= {"eos", "length"} and any(g.finish_reason == "stop" for g in cut)
+    for whole, g in zip(full, cut):
+        if g.finish_reason == "stop":
+            assert g.text == whole.text.split(",")[0] and g.forwards == g.tokens < whole.tokens
+            assert "," in engine.tokenizer.decode(engine.tokenizer(whole.text).input_ids[: g.tokens])
+        else:
+            assert (g.text, g.tokens, g.finish_reason) == (whole.text, whole.tokens, whole.finish_reason)
 
 
 def test_tensor_peak_counts_what_is_alive_at_once(engine) -> None:

@@ -4,6 +4,7 @@ Equivalence tests run in float64 on the embedded target and draft (engines/model
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import shutil
@@ -13,7 +14,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pytest_redline.engines.autoregressive import AR_DRAFT, AR_TARGET, RowCache
+from compact_row_cache import CompactRowCache
+from pytest_redline.engines.autoregressive import AR_DRAFT, AR_TARGET, RowCache, encode, greedy
 from pytest_redline.engines.speculative import DEFAULTS, SpecConfig, SpeculativeEngine, accepted_lengths
 from pytest_redline.suites.arithmetic import ArithmeticSuite
 
@@ -235,7 +237,12 @@ def test_rollback_never_lets_a_rejected_token_change_later_logits(engine, rows, 
     cache.forward(prompts, keep=1)
     extra = [[token() for _ in range(k)] for _, k, _ in rows]
     cache.forward(extra, keep=1)
-    accepted = [p + e[:keep] + [token()] for p, e, (keep, _, _) in zip(prompts, extra, rows)]  # a fresh token after the kept ones
+    def fresh(rejected: list[int]) -> int:  # a token after the kept ones that differs from the first rejected one
+        while (t := token()) in rejected[:1]:
+            pass
+        return t
+
+    accepted = [p + e[:keep] + [fresh(e[keep:])] for p, e, (keep, _, _) in zip(prompts, extra, rows)]
     kept_rows = [r for r, (_, _, drop) in enumerate(rows) if not drop] or [0]
     cache.retain(accepted, kept_rows)
     feeds = [accepted[r][cache.cached(i) :] + [token()] for i, r in enumerate(kept_rows)]
@@ -245,11 +252,38 @@ def test_rollback_never_lets_a_rejected_token_change_later_logits(engine, rows, 
         torch.testing.assert_close(logits[i], fresh, rtol=1e-9, atol=1e-9)
 
 
+@pytest.mark.parametrize("params", [LOSSLESS, TYPICAL], ids=["lossless", "typical"])
+def test_preallocated_cache_decodes_what_the_compacting_cache_decoded(engine, suite, params) -> None:
+    """The speed change (preallocated buffers, cursors, slot refill) changes no token, count or
+    extra against the cache it replaced (tests/compact_row_cache.py), in float64."""
+    prompts, cfg = suite.prompts()[:64], SpecConfig.from_params(params)
+
+    def run(row_cache) -> list:
+        requests = [engine._request(p, cfg) for p in prompts]
+        engine.decode(requests, cfg, row_cache=row_cache)
+        return [(r.tokens, r.counts) for r in requests]
+
+    assert run(RowCache) == run(CompactRowCache)
+
+
+def test_preallocated_cache_greedy_equals_the_compacting_cache(engine, suite) -> None:
+    """The quantized engine's greedy loop, on the float64 target: the same tokens and forwards."""
+    prompts = suite.prompts()[:64]
+
+    def run(row_cache) -> list:
+        requests = [engine._request(p, SpecConfig.from_params(LOSSLESS)) for p in prompts]
+        greedy(engine.target, requests, engine.pad_id, row_cache=row_cache)
+        return [(r.tokens, r.counts) for r in requests]
+
+    assert run(RowCache) == run(CompactRowCache)
+
+
 def test_forwards_equal_the_target_calls_and_tokens_stop_at_eos(engine, suite) -> None:
     calls = {"target": 0, "draft": 0}
     hooks = [
-        engine.target.register_forward_pre_hook(lambda *_: calls.__setitem__("target", calls["target"] + 1)),
-        engine.draft.register_forward_pre_hook(lambda *_: calls.__setitem__("draft", calls["draft"] + 1)),
+        # the engine calls each model's decoder, then its head (not the wrapping ForCausalLM)
+        engine.target.get_decoder().register_forward_pre_hook(lambda *_: calls.__setitem__("target", calls["target"] + 1)),
+        engine.draft.get_decoder().register_forward_pre_hook(lambda *_: calls.__setitem__("draft", calls["draft"] + 1)),
     ]
     try:
         for prompt in suite.prompts()[:6]:
@@ -318,3 +352,27 @@ configs:
 deploy: fastest
 batch_size: 32
 """
+
+
+@pytest.mark.parametrize("params", [LOSSLESS, TYPICAL], ids=["lossless", "typical"])
+def test_stop_string_ends_the_request_with_tokens_through_the_cut(engine, suite, params) -> None:
+    """Prompt.stop: the text before the first stop string; the tokens through the one that
+    completes it (one token fewer shows no stop string); finish_reason stop. Without stop
+    strings the reason is eos or length."""
+    prompts = suite.prompts()[:16]
+    full = engine.generate(prompts, params)
+    assert {g.finish_reason for g in full} <= {"eos", "length"}
+    stopped = [dataclasses.replace(p, stop=(",",)) for p in prompts]
+    cut = engine.generate(stopped, params)
+    cfg = SpecConfig.from_params(params)
+    requests = [engine._request(p, cfg) for p in stopped]
+    engine.decode(requests, cfg)
+    decode = engine.tokenizer.decode
+    assert sum(g.finish_reason == "stop" for g in cut) >= 8
+    for whole, g, req in zip(full, cut, requests):
+        assert (g.tokens, g.finish_reason) == (len(req.output), req.finish_reason)
+        if g.finish_reason != "stop":
+            assert (g.text, g.tokens, g.forwards) == (whole.text, whole.tokens, whole.forwards) and "," not in whole.text
+            continue
+        assert g.text == whole.text.split(",")[0] and g.tokens <= whole.tokens and g.forwards <= whole.forwards
+        assert "," in decode(req.output) and "," not in decode(req.output[:-1])

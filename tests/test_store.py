@@ -15,6 +15,8 @@ from hypothesis import strategies as st
 
 from pytest_redline.store import FILENAME, OutcomeStore, StoredOutcome, StoreError, content_key
 
+pytest_plugins = ["pytester"]
+
 numbers = st.one_of(st.none(), st.floats(min_value=0, max_value=1e9, allow_nan=False))
 outcomes = st.builds(
     StoredOutcome,
@@ -212,3 +214,97 @@ def test_suite_identity_is_unchanged_by_the_package_rename():
         "scorer": "suites.arithmetic.ArithmeticSuite",
         "version": str(getattr(suite, "version", "")),
     }
+
+
+# ------------------------------------------------------------------ warm reruns: the model-free engine identity
+
+ENGINE_ARGS = {  # entry-point name -> engine_args with which each of our model engines is built cheaply
+    "block_diffusion": {"device": "cpu", "dtype": "float32", "threads": 1},
+    "flowblock": {"device": "cpu", "dtype": "float64", "threads": 1},
+    "speculative": {"device": "auto", "threads": 1},
+    "quantized": {"device": "cpu", "dtype": "float32", "threads": 1},
+}
+
+
+@pytest.mark.parametrize("name", list(ENGINE_ARGS))
+def test_model_free_identity_is_what_the_built_engine_reports(name: str, tmp_path: Path) -> None:
+    import torch
+
+    from pytest_redline import registry
+    from pytest_redline.enginebook import EngineBook, describe
+
+    cls = registry.factory(registry.ENGINES, name)
+    threads = torch.get_num_threads()
+    try:
+        engine = cls(**ENGINE_ARGS[name])
+    finally:
+        torch.set_num_threads(threads)
+    model_free = cls.identity(ENGINE_ARGS[name], cache_dir=tmp_path)
+    assert model_free == {"fingerprint": engine.fingerprint(), "runtime": engine.describe()}
+    book = EngineBook(cache_dir=tmp_path)
+    assert book.identity(name, ENGINE_ARGS[name])["runtime"] == describe(engine)
+    assert book._engines == {}  # the identity built nothing
+    assert (tmp_path / "weight-hashes.json").is_file()
+
+
+def test_weight_hashes_are_cached_by_path_size_and_mtime(tmp_path: Path) -> None:
+    from pytest_redline.engines.modeling import WeightHashes
+
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    weights = folder / "model.safetensors"
+    weights.write_bytes(b"a" * 1000)
+    cache = WeightHashes(tmp_path / "hashes.json")
+    first = cache.sha256(folder)
+    assert WeightHashes(tmp_path / "hashes.json")._entries[str(folder.resolve())]["sha256"] == first  # persisted
+    os.utime(weights, ns=(1, 1))  # same content, another mtime: hashed again, same value
+    assert WeightHashes(tmp_path / "hashes.json").sha256(folder) == first
+    stat = weights.stat()
+    weights.write_bytes(b"b" * 1000)  # same size and mtime, other content: the cache answers (its contract)
+    os.utime(weights, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert WeightHashes(tmp_path / "hashes.json").sha256(folder) == first
+    weights.write_bytes(b"b" * 1001)  # another size: hashed again
+    assert WeightHashes(tmp_path / "hashes.json").sha256(folder) != first
+    assert WeightHashes(None).sha256(folder) == WeightHashes(tmp_path / "hashes.json").sha256(folder)
+
+
+WARM_GRID = """\
+name: speculative-warm
+suite: arithmetic
+suite_args: {{split: calibration, n: 32, seed: 0}}
+engine: speculative
+engine_args: {{target: {target}, draft: {draft}, device: cpu, dtype: float32, threads: 1}}
+cost: apf
+reference: lossless
+configs:
+  lossless: {{acceptance: lossless, num_draft_tokens: 4}}
+  eps0.05: {{acceptance: typical, posterior_threshold: 0.05, num_draft_tokens: 4}}
+deploy: fastest
+batch_size: 32
+"""
+
+
+def test_warm_rerun_builds_no_engine_and_decodes_nothing(pytester, run_gate, monkeypatch) -> None:
+    """A cold run keys its outcomes by the model-free identity of the engine it built; the rerun
+    finds every outcome under the same keys, so it builds no engine (no model loads)."""
+    import json
+
+    from pytest_redline.engines import modeling
+    from pytest_redline.engines.autoregressive import AR_DRAFT, AR_TARGET
+
+    pytester.makefile(".yaml", warm=WARM_GRID.format(target=AR_TARGET, draft=AR_DRAFT))
+    args = ("--redline-alpha=0.1", "--redline-grid", "warm.yaml", "--redline-cache-dir", "cache")
+    cold = run_gate(*args, "--redline-report", "cold.json")
+    assert cold.ret == 0
+    stored = OutcomeStore.open(pytester.path / "cache")
+    before = stored.count()
+    loaded = []
+    monkeypatch.setattr(modeling, "load", lambda *a, **k: loaded.append(a) or pytest.fail("a model was loaded"))
+    warm = run_gate(*args, "--redline-report", "warm.json")
+    assert warm.ret == 0 and loaded == []
+    assert stored.count() == before > 0  # nothing decoded
+    stored.close()
+    def verdicts(name: str) -> list[dict]:  # everything but the decode time
+        return [{k: v for k, v in c.items() if k != "decode_seconds"} for c in json.loads((pytester.path / name).read_text())["configs"]]
+
+    assert verdicts("warm.json") == verdicts("cold.json")
