@@ -19,10 +19,12 @@ GSM8K (:func:`gsm8k_extract`), a number:
   is 18. Wait, ... so it is 15."). An explanation that concludes nothing may follow.
 - Two different numbers joined by "or"/"either" in the answer's sentence (or box), or
   "between 18 and 19", are a hedge.
-- Without a marker, an output that ended on its own (EOS or a stop string) is read by its last
-  number, with the same hedge rule on its last sentence; one that hit the token limit
-  (``finish_reason == "length"``) has no answer (``truncated``), and so has one whose final
-  answer's sentence was still open when the limit hit.
+- Without a marker, an output known to have ended on its own (finish reason ``"eos"`` or
+  ``"stop"``) is read by its last number, with the same hedge rule on its last sentence; one
+  that hit the token limit (``"length"``) has no answer (``truncated``), and so has one whose
+  final answer's sentence was still open when the limit hit. When the finish reason is not
+  known (None, as with plain ``score()``), an output without a marker has no answer: it may
+  have been cut off.
 - Numbers compare exactly (as fractions): ``1,234.00`` = ``1234``, ``0.5`` = ``1/2``.
 
 MATH (:func:`math_extract`): the content of the last ``\boxed{...}`` (braces nested to any
@@ -47,6 +49,7 @@ from pytest_redline.suites.base import BOXED, HEDGED, LAST_NUMBER, MARKER, NO_AN
 from pytest_redline.suites.equivalence import normalise_math, rational
 
 LENGTH = "length"  # Generation.finish_reason of an output cut by the token limit
+ENDED = ("eos", "stop")  # finish reasons of an output known to have ended on its own
 
 
 @dataclass(frozen=True)
@@ -281,8 +284,8 @@ def _concludes_otherwise(after: str, answer: Fraction, bare: bool = True) -> boo
 
 
 def _last_number(text: str, finish_reason: str | None) -> Extracted:
-    if finish_reason == LENGTH:
-        return Extracted(None, TRUNCATED)
+    if finish_reason not in ENDED:  # cut by the limit, or not known to have ended (plain score())
+        return Extracted(None, TRUNCATED if finish_reason == LENGTH else NO_ANSWER)
     found = list(_NUMBER.finditer(_clean(text)))
     if not found:
         return Extracted(None, NO_ANSWER)

@@ -110,9 +110,15 @@ def test_correct_equivalent_forms_gsm8k(text, gold, rule):
     assert verdict.correct and verdict.rule == rule, verdict
 
 
-def test_finish_unknown_reads_like_an_ended_output_gsm8k():
-    assert gsm8k("3 + 15 = 18.", finish=None).correct
-    assert GSM8K_SUITE.score(gsm8k_prompt("18"), "#### 18")
+def test_wrong_no_marker_unless_known_to_have_ended_gsm8k():
+    """A cut-off output's last number is often the gold one: without a marker, only an output
+    known to have ended (EOS, a stop string) is read by its last number."""
+    assert gsm8k("3 + 15 = 18.", finish="eos").correct and gsm8k("3 + 15 = 18.", finish="stop").correct
+    assert gsm8k("3 + 15 = 18.", finish=None).rule == "no answer"
+    assert gsm8k("3 + 15 = 18.", finish="length").rule == "truncated"
+    assert not GSM8K_SUITE.score(gsm8k_prompt("18"), "3 + 15 = 18.")
+    assert GSM8K_SUITE.score(gsm8k_prompt("18"), "3 + 15 = 18.\n#### 18")
+    assert GSM8K_SUITE.judge(gsm8k_prompt("18"), "3 + 15 = 18.\n\nQuestion: 2 + 2?", "length").correct  # cut at the stop
 
 
 # --- MATH: the table -------------------------------------------------------------------------
@@ -255,6 +261,17 @@ def test_wrong_cut_before_final_answer_gsm8k(gold, ending, data):
     end = text.rindex(gold) + len(gold)
     cut = end - 1 if data is None else data.draw(st.integers(0, end - 1))
     assert not gsm8k(text[:cut], gold, finish="length").correct
+
+
+@settings(max_examples=60, deadline=None)
+@given(decimals(), st.sampled_from(GSM8K_ENDINGS), st.sampled_from([None, "length"]), st.data())
+def test_wrong_cut_before_final_answer_finish_unknown_gsm8k(gold, ending, finish, data):
+    """Cut before the final answer starts, a plain score() (finish unknown) never credits the
+    gold number the work computed on the way."""
+    text = f"So 3 * 6 = {gold} now.\n" + ending.format(gold)
+    cut = data.draw(st.integers(0, len(text) - len(ending.format(gold))))
+    assert not gsm8k(text[:cut], gold, finish=finish).correct
+    assert not GSM8K_SUITE.score(gsm8k_prompt(gold), text[:cut])
 
 
 @settings(max_examples=60, deadline=None)

@@ -69,7 +69,7 @@ def test_wrong_perturbed_answer_gsm8k():
     ("Total: 1,450,000 eggs.", "1450000"),
 ])
 def test_extract_rules_gsm8k(text, number):
-    assert gsm8k_extract(text).answer == number
+    assert gsm8k_extract(text, "eos").answer == number
 
 
 @settings(max_examples=60)
