@@ -339,3 +339,20 @@ def test_usage_error_spaced_path_option_moves_rootdir(project: Project, option: 
                                  f"the rootdir is {project.path}. Write {option}={value} (with '=')"])
     assert project.calls() == []
     assert project.run(ALPHA, f"{option}={value}").ret == 0
+
+
+def test_wall_time_cost_ranking_said_estimate(project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cost the engine measures as wall time (its wall_time_costs): the summary and the JSON
+    say the ranking is an estimate; the certificate is unchanged."""
+    import redline_fakes
+    from test_schedule import random_table
+
+    monkeypatch.setattr(redline_fakes.TableEngine, "wall_time_costs", ("latency_s",), raising=False)
+    random_table(0, 3, 60).with_column("latency_s", [2.0, 1.5, 1.0]).write_csv(project.path / "table.csv")
+    project.grid("name: timed\nsuite: table\nsuite_args: {outcomes: table.csv}\nengine: table\n"
+                 "engine_args: {outcomes: table.csv}\ncost: latency_s\ndirection: lower\nreference: c0\n"
+                 "configs: {c0: {config: c0}, c1: {config: c1}, c2: {config: c2}}\ndeploy: fastest\n")
+    result = project.run("--redline-alpha=0.3", "--redline-report=report.json")
+    result.stdout.fnmatch_lines(["note: the cost latency_s is a measured wall time, so the cost ranking (and the deployed "
+                                 "config) is an estimate; the certificate, which concerns correctness only, is exact"])
+    assert project.report()["schedule"]["cost_estimated"] is True

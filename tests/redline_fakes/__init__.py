@@ -124,7 +124,8 @@ class TableEngine:
         row = self.table.index(config["config"])
         columns = [self.table.prompts.index(p.id) for p in prompts]
         return [Generation(text="", tokens=float(self.table.tokens[row, j]), forwards=float(self.table.forwards[row, j]),
-                           extra={}, correct=bool(self.table.correct[row, j])) for j in columns]
+                           extra={k: float(v[row, j]) for k, v in self.table.extra.items()},
+                           correct=bool(self.table.correct[row, j])) for j in columns]
 
 
 # Plugins the gate's tests do not need; hypothesis's and benchmark's slow down every run.
