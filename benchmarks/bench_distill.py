@@ -8,8 +8,8 @@ every calibration prompt with every config (the reference first, batches of the 
 prints per config its checkpoint, accuracy on all prompts, V (prompts the base reference answers
 and the config misses), TPF and its ratio to the reference, and wall time; then, per threshold,
 the distilled checkpoint's TPF beside the base's (the paper's "TPF gain at every threshold"); then
-what the gate deploys at alpha 0.1 (the grid's delta, Holm, selection) from the base-only configs
-and from the whole grid. Every config sees every prompt here, so the verdicts are the ones the
+what the gate deploys at alpha 0.1 (and 0.15, 0.2; the grid's delta, Holm, selection) from the
+base-only configs and from the whole grid. Every config sees every prompt here, so the verdicts are the ones the
 scheduled gate reaches.
 """
 from __future__ import annotations
@@ -23,7 +23,7 @@ from timing import gate_setup
 from pytest_redline import risk
 
 ROOT = Path(__file__).resolve().parent.parent
-ALPHA = 0.10
+ALPHAS = (0.10, 0.15, 0.20)  # the issue's alpha first; the others show where the verdict moves
 
 
 def checkpoint(config: str) -> str:
@@ -31,14 +31,15 @@ def checkpoint(config: str) -> str:
     return config.split("/", 1)[0]
 
 
-def deployment(names, results, reference, delta) -> str:
+def deployment(names, results, reference, alpha, delta) -> str:
     correct = np.array([results[n]["correct"] for n in names])
     cost = np.array([results[n]["tpf"] for n in names])
-    r = risk.certify(correct, cost, reference, ALPHA, delta, names=names)
+    r = risk.certify(correct, cost, reference, alpha, delta, names=names)
     d = r.deployed_index
+    certified = [n for i, n in enumerate(names) if r.valid[i] and i != r.reference_index]
     return (f"{r.deployed}: TPF {r.cost[d]:.3f} ({r.gain[d]:+.1f} %), accuracy {r.accuracy[d]:.3f} "
             f"({r.net_accuracy[d]:+.1f} pts), V {int(r.violations[d])}; "
-            f"{int(r.valid.sum())} of {r.m - 1} candidates certified")
+            f"{len(certified)} of {r.m - 1} candidates certified ({', '.join(certified) or 'none'})")
 
 
 def main() -> None:
@@ -67,9 +68,10 @@ def main() -> None:
               f"{rb['correct'].mean():>9.3f}{rd['correct'].mean():>9.3f}{vb:>7}{vd:>7}")
 
     base_only = [n for n in names if checkpoint(n) == checkpoint(grid.reference)]
-    print(f"\nthe gate at alpha {ALPHA}, delta {cal.delta}, n {len(prompts)}:")
-    print(f"  base-only grid ({len(base_only)} configs): {deployment(base_only, results, grid.reference, cal.delta)}")
-    print(f"  mixed grid ({len(names)} configs): {deployment(names, results, grid.reference, cal.delta)}")
+    for alpha in ALPHAS:
+        print(f"\nthe gate at alpha {alpha}, delta {cal.delta}, n {len(prompts)}, selection:")
+        print(f"  base-only grid ({len(base_only)} configs): {deployment(base_only, results, grid.reference, alpha, cal.delta)}")
+        print(f"  mixed grid ({len(names)} configs): {deployment(names, results, grid.reference, alpha, cal.delta)}")
 
 
 if __name__ == "__main__":
