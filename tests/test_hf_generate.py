@@ -126,3 +126,16 @@ def test_equivalent_quantized_cache_runs(ar_engine, prompts):
     out = ar_engine.generate(prompts[:2], {"max_new_tokens": 8, "cache_implementation": "quantized",
                                            "cache_config": {"backend": backend, "nbits": 4}})
     assert all(g.tokens >= 1 for g in out)
+
+
+def test_stop_strings_cut_hf_generate(ar_engine, prompts):
+    """A stop string ends the request: the text before it, tokens through the cut, fewer forwards."""
+    import dataclasses
+
+    plain = ar_engine.generate(prompts[:3], {"max_new_tokens": 24})
+    stopped = ar_engine.generate([dataclasses.replace(p, stop=(",",)) for p in prompts[:3]], {"max_new_tokens": 24})
+    for before, after in zip(plain, stopped):
+        assert "," in before.text
+        assert after.text == before.text.split(",")[0]
+        assert after.finish_reason == "stop"
+        assert after.tokens < before.tokens and after.forwards < before.forwards
