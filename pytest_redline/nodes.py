@@ -94,7 +94,8 @@ class PromptItem(pytest.Item):
             regressed = bool(ref.correct and not out.correct)
             record = dataclasses.replace(record, regression=regressed)
             if regressed:
-                record = dataclasses.replace(record, reference_answer=ref.text, candidate_answer=out.text)
+                record = dataclasses.replace(record, reference_answer=ref.text, candidate_answer=out.text,
+                                             reference_extracted=ref.answer, reference_rule=ref.rule or None)
         self._publish(record)
 
     def reportinfo(self):

@@ -46,7 +46,11 @@ class ItemRecord:
       "store" (reused) or "recorded" (a replayed grid's outcome of a skipped item);
     - ``scheduled``: why the schedule skipped the item on purpose (None: it was not);
     - ``regression``: the reference is right and this config wrong; then
-      ``reference_answer`` and ``candidate_answer`` hold both texts.
+      ``reference_answer`` and ``candidate_answer`` hold both texts, and
+      ``reference_extracted``/``reference_rule`` the reference's final answer and rule;
+    - ``answer`` and ``rule``: the final answer the scorer extracted from this item's text
+      and the rule that decided ("marker", "boxed", "no answer", "revised", "hedged",
+      "truncated", ...; docs/scoring.md).
 
     A field that is None is not published. Compare records by :meth:`to_properties`
     (NaN costs make ``==`` on records meaningless, hence ``eq=False``).
@@ -64,6 +68,10 @@ class ItemRecord:
     regression: bool | None = None
     reference_answer: str | None = None
     candidate_answer: str | None = None
+    answer: str | None = None
+    rule: str | None = None
+    reference_extracted: str | None = None
+    reference_rule: str | None = None
 
     @property
     def key(self) -> tuple[str, str]:
@@ -83,6 +91,8 @@ class ItemRecord:
             forwards=_number(outcome.forwards),
             extra=dict(outcome.extra),
             source=source,
+            answer=getattr(outcome, "answer", None),
+            rule=getattr(outcome, "rule", None) or None,
         )
 
     def regression_detail(self) -> dict[str, str]:
@@ -92,6 +102,10 @@ class ItemRecord:
             "prompt": self.prompt,
             "reference_answer": self.reference_answer or "",
             "candidate_answer": self.candidate_answer or "",
+            "reference_extracted": self.reference_extracted,
+            "reference_rule": self.reference_rule or "",
+            "candidate_extracted": self.answer,
+            "candidate_rule": self.rule or "",
         }
 
     def to_properties(self) -> list[tuple[str, Any]]:
