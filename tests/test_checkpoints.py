@@ -162,3 +162,29 @@ def test_equivalent_cached_recomputed_dream_shifted_logits(tiny):
     recomputed = engine.generate(prompts, {**config, "use_cache": False})
     assert [g.text for g in cached] == [g.text for g in recomputed]
     assert engine.describe()["family"] == "dream"
+
+
+@pytest.mark.parametrize("family", ["dream", "llada"])
+def test_equivalent_uncached_references_stock_loaders(tiny, family):
+    """Through the stock loaders (LLaDA's renamed weights; Dream's shifted logits, cached by the
+    ShiftedDecoder), the multi-block engine equals the uncached Diffulex reference and a one-branch
+    BlockBatch the uncached single-block reference (tests/reference_decoders.py), in float64:
+    text, tokens and forwards."""
+    import reference_decoders
+    from pytest_redline.engines.block_diffusion import BlockDiffusionEngine
+    from pytest_redline.engines.blockbatch import BlockBatchEngine
+    from pytest_redline.suites.arithmetic import ArithmeticSuite
+
+    prompts = ArithmeticSuite(n=6, seed=2).prompts()
+    multi = BlockDiffusionEngine(model=tiny[family], device="cpu", dtype="float64")
+    config = {"block_size": 4, "buffer_size": 2, "accept_threshold": 0.5, "semi_complete_threshold": 0.7,
+              "add_block_threshold": 0.25, "max_new_tokens": 12}
+    for prompt, gen in zip(prompts, multi.generate(prompts, config)):
+        ids = multi.tokenizer(prompt.text).input_ids
+        out, forwards = reference_decoders.diffulex(multi, ids, 4, 2, 0.5, 0.7, 0.25, 12)
+        assert (gen.text, gen.tokens, gen.forwards) == (multi.tokenizer.decode([t for t in out if t not in multi.eos_ids]), len(out), forwards)
+    branch = BlockBatchEngine(model=tiny[family], device="cpu", dtype="float64")
+    for prompt, gen in zip(prompts, branch.generate(prompts, {"block_sizes": [4], "accept_threshold": 0.5, "max_new_tokens": 12})):
+        ids = branch.tokenizer(prompt.text).input_ids
+        out, forwards = reference_decoders.single_block(branch, ids, 4, 0.5, 12)
+        assert (gen.text, gen.tokens, gen.forwards) == (branch.tokenizer.decode([t for t in out if t not in branch.eos_ids]), len(out), forwards)
