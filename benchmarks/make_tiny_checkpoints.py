@@ -134,7 +134,7 @@ def llada(folder: str | Path, seed: int = 0, std: float = 0.4, peak: float = 1.0
         "flash_attention": False, "include_bias": False, "include_qkv_bias": False, "init_cutoff_factor": None,
         "init_device": "cpu", "init_fn": "mitchell", "init_std": 0.02, "input_emb_norm": False,
         "layer_norm_type": "rms", "layer_norm_with_affine": True, "mask_token_id": tokenizer.mask_token_id,
-        "max_sequence_length": 1024, "mlp_hidden_size": 64, "mlp_ratio": 2, "model_type": "llada",
+        "max_sequence_length": 1024, "mlp_hidden_size": 64, "mlp_ratio": 4, "model_type": "llada",
         "multi_query_attention": None, "n_heads": 2, "n_kv_heads": 2, "n_layers": 2,
         "pad_token_id": tokenizer.pad_token_id, "precision": "amp_bf16", "residual_dropout": 0.0,
         "rms_norm_eps": 1e-05, "rope": True, "rope_full_precision": True, "rope_theta": 500000.0,
