@@ -449,12 +449,16 @@ class _NamespaceLauncher(_Launcher):
         return child
 
     def stop(self, child: subprocess.Popen) -> str:
+        """Kill the namespace's init (the kernel then kills every process inside); bwrap, outside,
+        reaps it and exits. Only a bwrap that does not is killed (it would orphan the init)."""
         try:
-            if self.init is not None:  # the namespace's init: its death kills every process inside
+            if self.init is not None:
                 with contextlib.suppress(ProcessLookupError):
                     signal.pidfd_send_signal(self.init, signal.SIGKILL)
-            with contextlib.suppress(ProcessLookupError):
-                child.kill()  # bwrap outside the namespaces (its init also dies with it)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                child.wait(timeout=REAP_SECONDS)
+            if child.poll() is None:
+                child.kill()
         except Exception as error:  # noqa: BLE001 - teardown reports, never raises
             return f"could not kill the sandbox: {type(error).__name__}: {error}"
         finally:
