@@ -32,7 +32,7 @@ depth). An earlier box with a different answer is a revision (a hedge when only 
 between them), and so is, after the last box, a marked different answer ("the answer is
 $6$") or, for a numeric answer, a different last number after a sentence that opens with a
 revision cue ("Wait", "Actually", "Hmm", "Oops", "Correction", "Sorry", "No"); "or"
-inside the box is a hedge; a box cut open by the token limit is ``truncated``. Without a box, "The final answer is $X$" gives X (the minerva format). Whether
+inside the box, or right after it with another answer ("(or possibly $6$)"), is a hedge; a box cut open by the token limit is ``truncated``. Without a box, "The final answer is $X$" gives X (the minerva format). Whether
 the answer equals the gold one is :func:`pytest_redline.suites.equivalence.math_equivalent`.
 
 Every function here returns a result, never raises, on any string.
@@ -375,7 +375,16 @@ def math_extract(text: str, same: Callable[[str, str], bool], finish_reason: str
             between = text[earlier_end:start]
             joined = _DISJUNCTION.search(between) and not _SENTENCE_END.search(between)
             return Extracted(answer, HEDGED if joined else REVISED)
-    return Extracted(answer, REVISED if _revised_after(text[found[-1][2]:], answer, same) else BOXED)
+    after = text[found[-1][2]:]
+    if _hedged_after(after, answer, same):
+        return Extracted(answer, HEDGED)
+    return Extracted(answer, REVISED if _revised_after(after, answer, same) else BOXED)
+
+
+def _hedged_after(after: str, answer: str, same: Callable[[str, str], bool]) -> bool:
+    """Right after the box, "or" and another answer: ``\\boxed{5} (or possibly $6$)``."""
+    m = re.match(r"[\s$.,;:(]*(?:or|either)(?![A-Za-z])[^$\d.!?\n]{0,30}(?:\$([^$]+)\$|(-?(?:" + _NUM + ")))", after)
+    return m is not None and not same(m.group(1) or m.group(2), answer)
 
 
 def _revised_after(after: str, answer: str, same: Callable[[str, str], bool]) -> bool:
