@@ -234,7 +234,7 @@ class BlockDiffusionEngine:
         decoder_args = inspect.signature(self.model.get_decoder().forward).parameters
         self._cache_kwarg = "cache" if "cache" in decoder_args else "past_key_values"  # transformers 5.x vs remote code
         cfg = self.model.config
-        self._layer_params = sum(p.numel() for p in self.model.get_decoder().layers.parameters())
+        self._layer_params = modeling.active_layer_params(self.model)  # MoE: the active experts only
         self._attn_width = cfg.num_hidden_layers * cfg.num_attention_heads * getattr(cfg, "head_dim", cfg.hidden_size // cfg.num_attention_heads)
         self._head_flops = 2 * cfg.hidden_size * cfg.vocab_size
         self._banned = torch.zeros(cfg.vocab_size, dtype=torch.bool, device=self.device)
@@ -567,6 +567,8 @@ class KVRows:
     appends its columns; ``keep`` then keeps, per row, the columns below that row's stored length
     and drops finished rows."""
 
+    compact_below = 0.5  # regather when the kept keys fill less than this share of the columns
+
     def __init__(self, config, batch: int, device):
         self.cache = DynamicCache(config=config)
         self.pos = torch.zeros(batch, 0, dtype=torch.long, device=device)
@@ -582,8 +584,9 @@ class KVRows:
 
         A row's stored columns are a prefix of its queries, so the cache keeps the first ``m`` new
         columns (``m`` = the most any row stored) with ``crop`` and marks the rest of each row's
-        invalid; finished rows leave with one batch index. Only when more than half of the kept
-        columns are invalid is each row's cache regathered, left-padded, into the width it needs."""
+        invalid; finished rows leave with one batch index. Only when the kept keys fill less than
+        ``compact_below`` of the columns is each row's cache regathered, left-padded, into the
+        width it needs."""
         stored = q_valid & (q_pos < torch.tensor(list(store), device=q_pos.device)[:, None])
         new = stored.sum(1)
         m = int(new.max()) if new.numel() else 0
@@ -598,17 +601,18 @@ class KVRows:
             self.pos, self.valid = self.pos[rows], self.valid[rows]
             counts = [counts[r] for r in keep_rows]
         self._counts = counts
-        if counts and 2 * sum(counts) < len(counts) * self.pos.shape[1]:
+        if counts and sum(counts) < self.compact_below * len(counts) * self.pos.shape[1]:
             self._compact()
 
     def _compact(self) -> None:
         """Regather every row's valid columns, left-padded, into the width the widest row needs."""
         width = max(self._counts)
         order = torch.argsort(self.valid.to(torch.int8), dim=1, stable=True)[:, self.valid.shape[1] - width :]
+        batch = torch.arange(order.shape[0], device=order.device)[:, None]
         for layer in self.cache.layers:
-            if layer.is_initialized:
-                index = order[:, None, :, None].expand(-1, layer.keys.shape[1], -1, layer.keys.shape[-1])
-                layer.keys, layer.values = layer.keys.gather(2, index), layer.values.gather(2, index)
+            if layer.is_initialized:  # (batch, heads, columns, dim): pick whole head rows per column
+                layer.keys = layer.keys.transpose(1, 2)[batch, order].transpose(1, 2)
+                layer.values = layer.values.transpose(1, 2)[batch, order].transpose(1, 2)
         self.pos, self.valid = self.pos.gather(1, order), self.valid.gather(1, order)
 
     def copy_row(self, dst: int, src: int) -> None:
