@@ -180,6 +180,8 @@ def embedded(args: argparse.Namespace, work: Path) -> None:
     print(f"rerun, nothing changed: decoded {again['outcomes']['decoded']} outcomes, reused "
           f"{again['outcomes']['reused']}, {again_s:.1f} s (must decode nothing: "
           f"{'yes' if again['outcomes']['decoded'] == 0 else 'NO'})")
+    print(f"warm rerun     {again_s / cold_s:>10.1%} of the cold run's wall time (goal <= 10 %: the model-free engine "
+          f"identity keys the stored outcomes, so no engine is built and no model loads)")
     path, candidate = changed_copy(grid, work)
     changed, changed_s, _ = gate(path, work, store, **common)
     ran = next(c["prompts_run"] for c in changed["configs"] if c["name"] == candidate)

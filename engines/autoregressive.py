@@ -326,20 +326,38 @@ class RowCache:
         self.k_valid = valid & (columns[None, :] < self.cursor[:, None])
 
 
+def token_count(tokenizer, *models) -> int:
+    """How many ids are tokens: the tokenizer's, within every model's vocabulary. A checkpoint's
+    embedding is often padded beyond its tokenizer (Qwen2.5-7B: 152,064 rows, 0.5B: 151,936, for
+    151,665 tokens); an id in the padding is no token, and a smaller model has no row for it."""
+    return min([len(tokenizer)] + [m.get_output_embeddings().weight.shape[0] for m in models])
+
+
+def only_tokens(logits: torch.Tensor, tokens: int) -> torch.Tensor:
+    """``logits`` with the ids from ``tokens`` on (embedding padding) at -inf: never picked, no probability."""
+    if logits.shape[-1] > tokens:
+        logits = logits.clone()
+        logits[..., tokens:] = -torch.inf
+    return logits
+
+
 @torch.no_grad()
-def greedy(model, requests: Sequence[Request], pad_id: int, recompute: bool = False, row_cache=None) -> None:
+def greedy(model, requests: Sequence[Request], pad_id: int, recompute: bool = False, row_cache=None, tokens: int | None = None) -> None:
     """Greedy decoding of ``requests`` as one batch, in place; counts ``forwards`` per request.
 
     The first forward is the prefill (it yields the first token); each later one feeds the last
     token. Finished requests leave the batch. ``row_cache``: the cache class (default
-    :class:`RowCache`; tests pass the one it replaced).
+    :class:`RowCache`; tests pass the one it replaced). ``tokens``: ids from it on are embedding
+    padding, never picked (:func:`only_tokens`).
     """
     running = [r for r in requests if not r.done]
     row_cache = row_cache or RowCache
     cache = row_cache(model, len(running), pad_id, recompute, capacity=max((r.limit for r in running), default=1))
     while running:
-        logits = cache.forward([r.tokens[cache.cached(i) :] for i, r in enumerate(running)], keep=1)
-        for req, token in zip(running, logits[:, -1].argmax(-1).tolist()):
+        logits = cache.forward([r.tokens[cache.cached(i) :] for i, r in enumerate(running)], keep=1)[:, -1]
+        if tokens is not None:
+            logits = only_tokens(logits, tokens)
+        for req, token in zip(running, logits.argmax(-1).tolist()):
             req.append([token])
             req.count("forwards")
         order = fill_order(len(running), [i for i, r in enumerate(running) if not r.done])

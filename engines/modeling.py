@@ -261,6 +261,22 @@ def identity(engine: str, device: str, dtype: str, weights: Sequence[str | Path]
     return {"fingerprint": fingerprint(*weights), "runtime": describe(engine, dev, select_dtype(dtype, dev), **paths_and_more)}
 
 
+def active_layer_params(model) -> float:
+    """Parameters of the decoder layers that one token runs through: every parameter, except that
+    a mixture-of-experts layer's experts count ``num_experts_per_tok / num_experts`` of theirs
+    (the router and any shared expert count in full). For the FLOPs estimate (2 per parameter
+    per token): counting every expert of an MoE model overstates it (4.3x on a tiny Qwen3-MoE)."""
+    cfg = model.config.get_text_config()
+    experts = getattr(cfg, "num_experts", None) or getattr(cfg, "num_local_experts", None)
+    active = getattr(cfg, "num_experts_per_tok", None)
+    share = active / experts if experts and active else 1.0
+    total = 0.0
+    for name, p in model.get_decoder().layers.named_parameters():
+        routed = ".experts." in f".{name}" and "shared_expert" not in name
+        total += p.numel() * (share if routed else 1.0)
+    return total
+
+
 def describe(engine: str, device, dtype, **paths_and_more) -> dict[str, str]:
     """Where and how an engine runs, for the outcome store's key: the engine, its model paths,
     the device, the dtype and the library versions (outcomes never mix CPU and GPU runs)."""

@@ -29,7 +29,7 @@ import torch
 from transformers import AutoModelForCausalLM, BitsAndBytesConfig
 
 from pytest_redline.engines import memory, modeling
-from pytest_redline.engines.autoregressive import AR_TARGET, Request, eos_ids, generation, greedy, new_request, set_threads
+from pytest_redline.engines.autoregressive import AR_TARGET, Request, eos_ids, generation, greedy, new_request, set_threads, token_count
 from pytest_redline.engines.base import Generation
 from pytest_redline.suites.base import Prompt
 
@@ -104,6 +104,7 @@ class QuantizedEngine:
         self.dtype = next(reference.parameters()).dtype
         self.eos = eos_ids(reference, self.tokenizer, str(self.path))
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else min(self.eos)
+        self.tokens = token_count(self.tokenizer, reference)  # ids from here on are embedding padding: never picked
         self._mode, self._model = "none", reference
         self._memory = memory.weight_memory(reference)
         self._fingerprint: str | None = None
@@ -186,15 +187,15 @@ class QuantizedEngine:
         """Greedy decoding in place; returns the peak tensor bytes (None unless measured)."""
         with _quiet_int8_casts():
             if not self.measure_peak:
-                greedy(model, requests, self.pad_id)
+                greedy(model, requests, self.pad_id, tokens=self.tokens)
                 return None
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
                 torch.cuda.reset_peak_memory_stats(self.device)
-                greedy(model, requests, self.pad_id)
+                greedy(model, requests, self.pad_id, tokens=self.tokens)
                 return torch.cuda.max_memory_allocated(self.device)
             with memory.TensorPeak(model) as tracker:
-                greedy(model, requests, self.pad_id)
+                greedy(model, requests, self.pad_id, tokens=self.tokens)
             return tracker.peak
 
 

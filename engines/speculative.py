@@ -16,7 +16,9 @@ Each round, for every request of the batch:
      p_k(x) > min(ε, δ · exp(−H(p_k))), where p_k = softmax(target logits / ``temperature``),
      H is its entropy (exact, no smoothing), ε = ``posterior_threshold`` and
      δ = ``posterior_alpha`` (default √ε). This is lossy: a kept token need not be the target's
-     argmax. At ``temperature`` 0 the rule is the lossless one; with ε = 0 every proposal is kept.
+     argmax. At ``temperature`` 0 the rule is the lossless one. The comparison runs in log space
+     (log p(x) > min(log ε, log δ − H)), so with ε = 0 every proposal is kept even where p(x)
+     underflows in float32 (a logit gap of 120 gives p = 0 there, log p = −120).
 
 4. both caches are rolled back: each keeps only K/V of tokens that are in the accepted sequence
    (``autoregressive.RowCache.retain``), so a rejected proposal never influences later logits.
@@ -39,7 +41,7 @@ import torch
 
 from pytest_redline.engines import modeling
 from pytest_redline.engines.autoregressive import (
-    AR_DRAFT, AR_TARGET, Request, RowCache, eos_ids, fill_order, generation, new_request, set_threads,
+    AR_DRAFT, AR_TARGET, Request, RowCache, eos_ids, fill_order, generation, new_request, only_tokens, set_threads, token_count,
 )
 from pytest_redline.engines.base import Generation
 from pytest_redline.suites.base import Prompt
@@ -101,11 +103,13 @@ def accepted_lengths(logits: torch.Tensor, proposals: torch.Tensor, cfg: SpecCon
     scores = logits[:, :-1].to(torch.promote_types(logits.dtype, torch.float32))
     if cfg.acceptance == "lossless" or cfg.temperature == 0:
         keep = proposals == scores.argmax(-1)
-    else:
-        p = (scores / cfg.temperature).softmax(-1)
-        entropy = torch.special.entr(p).sum(-1)
-        threshold = torch.clamp(cfg.posterior_alpha * torch.exp(-entropy), max=cfg.posterior_threshold)
-        keep = p.gather(-1, proposals[..., None])[..., 0] > threshold
+    else:  # in log space: p(x) > min(ε, δ·exp(−H)), with log 0 = −inf, so ε = 0 keeps x even where p(x) underflows
+        logp = (scores / cfg.temperature).log_softmax(-1)
+        entropy = torch.special.entr(logp.exp()).sum(-1)
+        log_eps = math.log(cfg.posterior_threshold) if cfg.posterior_threshold > 0 else -math.inf
+        log_alpha = math.log(cfg.posterior_alpha) if cfg.posterior_alpha > 0 else -math.inf
+        threshold = torch.clamp(log_alpha - entropy, max=log_eps)
+        keep = logp.gather(-1, proposals[..., None])[..., 0] > threshold
     return keep.long().cumprod(-1).sum(-1)
 
 
@@ -136,11 +140,17 @@ class SpeculativeEngine:
         self.target, self.tokenizer = modeling.load(self.target_path, device, dtype, trust_remote_code)
         self.draft, draft_tokenizer = modeling.load(self.draft_path, device, dtype, trust_remote_code)
         check_same_tokenizer(self.tokenizer, draft_tokenizer, self.target_path, self.draft_path)
+        self.tokens = token_count(self.tokenizer, self.target, self.draft)  # ids from here on are padding rows
         self.device = next(self.target.parameters()).device
         self.dtype = next(self.target.parameters()).dtype
         self.eos = eos_ids(self.target, self.tokenizer, str(self.target_path))
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else min(self.eos)
         self._fingerprint: str | None = None
+
+    @staticmethod
+    def check_engine_args(engine_args: Mapping[str, Any]) -> None:
+        """The gate's model-free check at prepare time: see :func:`check_tokenizer_files`."""
+        check_tokenizer_files(engine_args)
 
     # -- protocol ---------------------------------------------------------------------------
 
@@ -188,7 +198,7 @@ class SpeculativeEngine:
         while running:
             proposals = self._propose(draft, running, gamma)
             feeds = [r.tokens[target.cached(i) :] + p for i, (r, p) in enumerate(zip(running, proposals.tolist()))]
-            logits = target.forward(feeds, keep=gamma + 1)
+            logits = only_tokens(target.forward(feeds, keep=gamma + 1), self.tokens)
             kept = accepted_lengths(logits, proposals, cfg)
             own = logits[torch.arange(len(running), device=logits.device), kept].argmax(-1)
             for req, n, props, token in zip(running, kept.tolist(), proposals.tolist(), own.tolist()):
@@ -208,12 +218,25 @@ class SpeculativeEngine:
         proposals = torch.zeros(len(running), gamma, dtype=torch.long, device=self.device)
         feeds = [r.tokens[draft.cached(i) :] for i, r in enumerate(running)]
         for k in range(gamma):
-            proposals[:, k] = draft.forward(feeds, keep=1)[:, -1].argmax(-1)
+            proposals[:, k] = only_tokens(draft.forward(feeds, keep=1)[:, -1], self.tokens).argmax(-1)
             feeds = [[t] for t in proposals[:, k].tolist()]
         return proposals
 
     def _generation(self, req: Request) -> Generation:
         return generation(req, {key: float(req.counts.get(key, 0)) for key in ("draft_forwards", "proposed_draft_tokens", "accepted_draft_tokens")})
+
+
+def check_tokenizer_files(engine_args: Mapping[str, Any]) -> None:
+    """Model-free, while the gate prepares a grid: the draft must tokenize as the target does,
+    read from their tokenizer files (no model loads). Vocabulary sizes may differ by embedding
+    padding only; the engine never picks a padding id (``autoregressive.only_tokens``)."""
+    from transformers import AutoTokenizer
+
+    paths = {key: Path(engine_args[key]) if engine_args.get(key) is not None else default
+             for key, default in (("target", AR_TARGET), ("draft", AR_DRAFT))}
+    trust = bool(engine_args.get("trust_remote_code", False))
+    tokenizers = {key: AutoTokenizer.from_pretrained(path, local_files_only=True, trust_remote_code=trust) for key, path in paths.items()}
+    check_same_tokenizer(tokenizers["target"], tokenizers["draft"], paths["target"], paths["draft"])
 
 
 def check_same_tokenizer(target, draft, target_path: Path, draft_path: Path) -> None:

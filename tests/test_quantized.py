@@ -103,6 +103,26 @@ def test_stop_string_ends_greedy_decoding_at_the_cut(engine, prompts) -> None:
             assert (g.text, g.tokens, g.finish_reason) == (whole.text, whole.tokens, whole.finish_reason)
 
 
+def test_a_padding_id_is_never_picked(engine, prompts) -> None:
+    """ar-target's embedding has 96 rows for 83 tokens: with its head rigged to score padding id 95
+    highest, greedy decoding still picks tokens only (no empty text), as unrigged."""
+    model = engine.model("none")
+    assert engine.tokens == len(engine.tokenizer) < model.get_output_embeddings().weight.shape[0]
+    clean = engine.generate(prompts[:8], {"quantization": "none"})
+
+    def rig(module, args, out):
+        out = out.clone()
+        out[..., 95] = out.max() + 100.0
+        return out
+
+    hook = model.get_output_embeddings().register_forward_hook(rig)
+    try:
+        rigged = engine.generate(prompts[:8], {"quantization": "none"})
+    finally:
+        hook.remove()
+    assert [(g.text, g.tokens) for g in rigged] == [(g.text, g.tokens) for g in clean] and all(g.text for g in rigged)
+
+
 def test_tensor_peak_counts_what_is_alive_at_once(engine) -> None:
     model = engine.model("none")
     with memory.TensorPeak(model) as tracker:

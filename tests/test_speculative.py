@@ -137,6 +137,17 @@ def test_typical_at_temperature_zero_is_lossless_and_eps_zero_accepts_all(case) 
     assert accepted_lengths(logits, proposals, open_).tolist() == [gamma] * 3
 
 
+def test_eps_zero_keeps_a_proposal_whose_float32_probability_underflows() -> None:
+    """A logit gap of 120: p(x) = exp(-120) underflows to 0 in float32, yet ε = 0 keeps x (log space)."""
+    logits = torch.zeros(1, GAMMA + 1, 8, dtype=torch.float32)
+    logits[..., 0] = 120.0
+    proposals = torch.full((1, GAMMA), 3)
+    assert (logits[0, 0].softmax(-1)[3] == 0).item()  # the underflow
+    open_ = SpecConfig.from_params({**TYPICAL, "posterior_threshold": 0.0})
+    assert accepted_lengths(logits, proposals, open_).tolist() == [GAMMA]
+    assert accepted_lengths(logits, proposals, SpecConfig.from_params(TYPICAL)).tolist() == [0]
+
+
 def test_posterior_alpha_defaults_to_sqrt_eps() -> None:
     assert SpecConfig.from_params({**TYPICAL, "posterior_threshold": 0.09}).posterior_alpha == pytest.approx(0.3)
     assert SpecConfig.from_params({**TYPICAL, "posterior_alpha": 0.5}).posterior_alpha == 0.5
@@ -316,6 +327,40 @@ def test_draft_with_a_different_tokenizer_is_rejected(tmp_path) -> None:
         SpeculativeEngine(target=AR_TARGET, draft=draft, device="cpu")
     message = str(info.value)
     assert "engine_args.draft" in message and str(draft) in message and "'a'" in message
+    with pytest.raises(ValueError) as info:  # at prepare time, from the tokenizer files (the test is model-free)
+        SpeculativeEngine.check_engine_args({"target": str(AR_TARGET), "draft": str(draft)})
+    assert "engine_args.draft" in str(info.value) and "'a'" in str(info.value)
+    assert SpeculativeEngine.check_engine_args({"target": str(AR_TARGET), "draft": str(AR_DRAFT)}) is None
+
+
+def test_a_padding_id_is_never_picked_when_the_vocabularies_differ_only_by_padding(engine, suite, tmp_path) -> None:
+    """A draft whose embedding has no padding rows (83 ids, the tokenizer's) beside the target's
+    96: the target's head is rigged to score padding id 95 highest. The engine never picks a
+    padding id (the draft has no row for it), and decodes what it decodes unrigged."""
+    from transformers import AutoModelForCausalLM
+
+    small = tmp_path / "draft-83"
+    shutil.copytree(AR_DRAFT, small)
+    model = AutoModelForCausalLM.from_pretrained(AR_DRAFT)
+    model.resize_token_embeddings(len(engine.tokenizer))
+    model.save_pretrained(small)
+    spec = SpeculativeEngine(target=AR_TARGET, draft=small, device="cpu", dtype="float64")
+    assert spec.tokens == len(engine.tokenizer) == 83 and spec.target.get_output_embeddings().weight.shape[0] == 96
+    prompts = suite.prompts()[:8]
+    clean = spec.generate(prompts, LOSSLESS)
+
+    def rig(module, args, out):
+        out = out.clone()
+        out[..., 95] = out.max() + 100.0
+        return out
+
+    hook = spec.target.get_output_embeddings().register_forward_hook(rig)
+    try:
+        rigged = spec.generate(prompts, LOSSLESS)
+    finally:
+        hook.remove()
+    assert [(g.text, g.tokens) for g in rigged] == [(g.text, g.tokens) for g in clean]
+    assert all(g.text for g in rigged)
 
 
 def test_bad_threads_is_a_value_error_naming_the_engine_arg() -> None:
