@@ -64,8 +64,8 @@ class GSM8K:
         return list(self._prompts)
 
     def judge(self, prompt: Prompt, text: str, finish_reason: str | None = None) -> Judgement:
-        gold = Fraction(Decimal(prompt.meta["answer"]))
-        return judged(text, self.stop, finish_reason, gsm8k_extract, lambda found: found.value == gold)
+        return judged(text, self.stop, finish_reason, gsm8k_extract,
+                      lambda found: found.value == Fraction(Decimal(re.sub(r"[\s$,]", "", str(prompt.meta["answer"])))))
 
     def score(self, prompt: Prompt, text: str) -> bool:
         return self.judge(prompt, text).correct
