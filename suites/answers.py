@@ -39,6 +39,7 @@ Every function here returns a result, never raises, on any string.
 """
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
@@ -46,7 +47,14 @@ from fractions import Fraction
 from typing import Callable
 
 from pytest_redline.suites.base import BOXED, HEDGED, LAST_NUMBER, MARKER, NO_ANSWER, REVISED, TRUNCATED
-from pytest_redline.suites.equivalence import normalise_math, rational
+from pytest_redline.suites.equivalence import (  # noqa: F401  (also importable from here, as before)
+    math_equivalent,
+    math_verify_available,
+    math_verify_version,
+    normalise_math,
+    rational,
+    same_normalised,
+)
 
 LENGTH = "length"  # Generation.finish_reason of an output cut by the token limit
 ENDED = ("eos", "stop")  # finish reasons of an output known to have ended on its own
@@ -308,6 +316,16 @@ def gsm8k_gold(solution: str) -> Decimal:
     return Decimal(re.sub(r"[\s$,]", "", found.group()))
 
 
+def gsm8k_answer(text: str, finish_reason: str | None = None) -> Decimal | Fraction | None:
+    """The final number of a GSM8K output (a Decimal when it has a finite decimal form), or None
+    when the rules give it none (no answer, revised, hedged, truncated)."""
+    found = gsm8k_extract(text, finish_reason)
+    if found.rule not in (MARKER, BOXED, LAST_NUMBER):
+        return None
+    shown = show(found.value)
+    return found.value if "/" in shown else Decimal(shown)
+
+
 def gsm8k_correct(text: str, gold: str, finish_reason: str | None = None) -> bool:
     """Whether ``text`` has one final number, equal to ``gold`` (a number, as a string) exactly."""
     found = gsm8k_extract(text, finish_reason)
@@ -415,3 +433,13 @@ def _math_marker(text: str, finish_reason: str | None) -> Extracted:
     if not answer.strip():
         return Extracted(None, NO_ANSWER)
     return Extracted(answer, HEDGED if _DISJUNCTION.search(answer) else MARKER)
+
+
+def math_correct(text: str, gold: str, use_math_verify: bool = True, finish_reason: str | None = None) -> bool:
+    """Whether a MATH output has one final answer, equal to ``gold``. Never raises."""
+    try:
+        same = functools.partial(math_equivalent, use_math_verify=use_math_verify)
+        found = math_extract(text, same, finish_reason)
+        return found.rule in (MARKER, BOXED) and same(found.answer, gold)
+    except Exception:
+        return False
