@@ -212,7 +212,8 @@ def run(program: Program, python: str | None = None, sandbox: str = "namespaces"
             return _execute(program, jail.launcher(uid), python or sys.executable)
     with _slot() as uid:
         python = python or _process_interpreter(uid)
-        _kill_uid(uid, python)  # leftovers of a harness that died mid-run
+        if uid is not None:
+            _kill_uid(uid, python)  # leftovers of a harness that died mid-run
         return _execute(program, _ProcessLauncher(uid, python), python)
 
 
