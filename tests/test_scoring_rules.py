@@ -342,3 +342,13 @@ def test_dispatch_judge_union_math():
         own = suite.part(prompt)
         assert suite.judge(prompt, "#### 7 or 8", "eos") == own.judge(prompt, "#### 7 or 8", "eos")
     assert "one answer or none" in suite.rules and suite.prompts()[0].stop == ("Question:",)
+
+
+def test_equivalent_earlier_names_answers():
+    """The functions earlier releases exported from suites.answers give the suites' verdicts."""
+    from pytest_redline.suites import answers
+
+    assert answers.gsm8k_answer("#### 1,234") == Decimal("1234") and answers.gsm8k_answer("18 or 19", "eos") is None
+    assert answers.gsm8k_correct("#### 1,234", "1234") and not answers.gsm8k_correct("#### 18\nWait, so it is 15.", "18")
+    assert answers.math_correct(r"\boxed{0.5}", r"\frac12") and not answers.math_correct(r"\boxed{5 \text{ or } 6}", "5")
+    assert answers.math_equivalent is math_equivalent and answers.normalise_math(r"\dfrac12") == r"\frac{1}{2}"
