@@ -32,14 +32,17 @@ depth). An earlier box with a different answer is a revision (a hedge when only 
 between them), and so is, after the last box, a marked different answer ("the answer is
 $6$") or, for a numeric answer, a different last number after a sentence that opens with a
 revision cue ("Wait", "Actually", "Hmm", "Oops", "Correction", "Sorry", "No"); "or"
-inside the box, or right after it with another answer ("(or possibly $6$)"), is a hedge; a box cut open by the token limit is ``truncated``. Without a box, "The final answer is $X$" gives X (the minerva format). Whether
-the answer equals the gold one is :func:`pytest_redline.suites.equivalence.math_equivalent`.
+inside the box, or right after it with another answer ("(or possibly $6$)"), is a hedge; a
+box cut open by the token limit is ``truncated``. Without a box, "The final answer is $X$"
+gives X (the minerva format). Whether the answer equals the gold one is
+:func:`pytest_redline.suites.equivalence.math_equivalent`.
 
 Every function here returns a result, never raises, on any string.
 """
 from __future__ import annotations
 
 import functools
+import operator
 import re
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
@@ -100,6 +103,9 @@ def _value(token: str) -> Fraction:
     return -Fraction(Decimal(digits.replace("-", ""))) if negative else Fraction(Decimal(digits.replace("-", "")))
 
 
+_OPERATIONS = {"+": operator.add, "-": operator.sub, "*": operator.mul, "x": operator.mul, "/": operator.truediv}
+
+
 class _Chain:
     """A recursive-descent reader of ``a op b ... = c = d`` at the start of a string."""
 
@@ -154,7 +160,7 @@ class _Chain:
             if right is None or (op == "/" and right == 0):
                 self.i = back
                 break
-            value = value + right if op == "+" else value - right if op == "-" else value / right if op == "/" else value * right
+            value = _OPERATIONS[op](value, right)
         return value
 
     def term(self) -> Fraction | None:
