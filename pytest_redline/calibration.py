@@ -231,8 +231,16 @@ def _check_engine_args(grid: Grid, engine_of, classes: Mapping[str, Any], params
         if checked[key]:
             entry = dict(checked[key])
             used = params[name].get("block_size", params[name].get("block_sizes", entry.get("declared_block_size")))
-            declared[name] = {**entry, "block_size_used": used}
+            declared[name] = {**entry, "block_size_used": used if used is not None else _default_block(classes[name])}
     return declared
+
+
+def _default_block(engine_class: Any) -> Any:
+    """The engine's default ``block_size`` (its ``Config`` with no parameters), else None."""
+    try:
+        return getattr(engine_class.Config.from_params({}), "block_size", None)
+    except (AttributeError, ValueError, TypeError):
+        return None
 
 
 def _did_you_mean(key: str | None, message: str) -> str:

@@ -188,3 +188,21 @@ def test_equivalent_uncached_references_stock_loaders(tiny, family):
         ids = branch.tokenizer(prompt.text).input_ids
         out, forwards = reference_decoders.single_block(branch, ids, 4, 0.5, 12)
         assert (gen.text, gen.tokens, gen.forwards) == (branch.tokenizer.decode([t for t in out if t not in branch.eos_ids]), len(out), forwards)
+
+
+def test_block_size_used_declared_grid_or_engine_default(tmp_path):
+    """The report's block size: the config's own, else the checkpoint's declared one, else the
+    engine's default (model-free, as the gate prepares a grid)."""
+    from pytest_redline.calibration import _check_engine_args
+    from pytest_redline.engines.block_diffusion import BlockDiffusionEngine
+
+    dream = tmp_path / "dream"
+    dream.mkdir()
+    (dream / "config.json").write_text(json.dumps({"model_type": "Dream", "architectures": ["DreamModel"], "mask_token_id": 1}))
+    peers.need_peers()
+    engines = {"own": ("block_diffusion", {"model": str(dream)}), "default": ("block_diffusion", {"model": str(dream)}),
+               "sdar": ("block_diffusion", {"model": str(SDAR)})}
+    classes = dict.fromkeys(engines, BlockDiffusionEngine)
+    params = {"own": {"block_size": 4}, "default": {}, "sdar": {}}
+    used = {name: entry["block_size_used"] for name, entry in _check_engine_args(None, engines, classes, params).items()}
+    assert used == {"own": 4, "default": 8, "sdar": 4}
