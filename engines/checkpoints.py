@@ -253,12 +253,11 @@ def load(checkpoint: Checkpoint, device: str = "auto", dtype: str | Any = "auto"
     if checkpoint.family == "native":
         return modeling.load(checkpoint.folder, device, dtype, trust_remote_code)
     import torch
-    from transformers import AutoTokenizer
 
     dev = modeling.select_device(device)
     dt = modeling.select_dtype(dtype, dev)
     config = stock_config(checkpoint)
-    tokenizer = AutoTokenizer.from_pretrained(checkpoint.folder, local_files_only=True, trust_remote_code=False)
+    tokenizer = load_tokenizer(checkpoint.folder)
     if checkpoint.family == "llada":
         model = _llada(checkpoint, config, dt)
     else:
@@ -267,6 +266,26 @@ def load(checkpoint: Checkpoint, device: str = "auto", dtype: str | Any = "auto"
     with torch.no_grad():
         model = model.to(dev).eval()
     return model, tokenizer
+
+
+def load_tokenizer(folder: Path):
+    """The folder's tokenizer without remote code: the Auto class, else (a custom class such as
+    Dream's ``DreamTokenizer``, which needs remote code) the stock fast tokenizer of its
+    ``tokenizer.json``, else the stock Qwen2 byte-level BPE of its vocab.json and merges.txt
+    (Dream's and SDAR's tokenizers are Qwen2's)."""
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast, Qwen2Tokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(folder, local_files_only=True, trust_remote_code=False)
+    except ValueError as e:
+        if "custom code" not in str(e) and "trust_remote_code" not in str(e):
+            raise
+    if (folder / "tokenizer.json").is_file():
+        return PreTrainedTokenizerFast.from_pretrained(folder, local_files_only=True)
+    if (folder / "vocab.json").is_file() and (folder / "merges.txt").is_file():
+        return Qwen2Tokenizer.from_pretrained(folder, local_files_only=True)
+    raise CheckpointError(f"{folder}: tokenizer_config.json: tokenizer_class needs remote code and the folder has "
+                          "neither tokenizer.json nor vocab.json + merges.txt to load a stock tokenizer from")
 
 
 def stock_config(checkpoint: Checkpoint):

@@ -206,3 +206,22 @@ def test_block_size_used_declared_grid_or_engine_default(tmp_path):
     params = {"own": {"block_size": 4}, "default": {}, "sdar": {}}
     used = {name: entry["block_size_used"] for name, entry in _check_engine_args(None, engines, classes, params).items()}
     assert used == {"own": 4, "default": 8, "sdar": 4}
+
+
+def test_tokenizer_custom_class_loads_without_remote_code(tmp_path):
+    """A tokenizer whose class needs remote code (Dream's DreamTokenizer, a Qwen2 BPE) loads as the
+    stock Qwen2 tokenizer from its vocab.json and merges.txt, with the same ids and chat template."""
+    peers.need_peers()
+    folder = tmp_path / "dream-tokenizer"
+    folder.mkdir()
+    for name in ("vocab.json", "merges.txt", "added_tokens.json", "special_tokens_map.json"):
+        shutil.copy(SDAR / name, folder / name)
+    config = json.loads((SDAR / "tokenizer_config.json").read_text())
+    config.update(tokenizer_class="DreamTokenizer", auto_map={"AutoTokenizer": ["tokenization_dream.DreamTokenizer", None]})
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    (folder / "config.json").write_text(json.dumps({"model_type": "Dream", "architectures": ["DreamModel"]}))
+    tokenizer = checkpoints.load_tokenizer(folder)
+    published = checkpoints.load_tokenizer(SDAR)
+    text = "Compute 12+30 and say <|MASK|>."
+    assert tokenizer(text).input_ids == published(text).input_ids
+    assert tokenizer.mask_token_id == 151669 and tokenizer.chat_template == published.chat_template
