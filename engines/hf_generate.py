@@ -126,6 +126,21 @@ class HFGenerateEngine:
         return {"family": str(config.get("model_type")), "declared_block_size": config.get("canvas_length"),
                 "mask_token_id": config.get("mask_token_id"), "seed": seed, "batch_size": 1}
 
+    @classmethod
+    def identity(cls, engine_args: Mapping[str, Any], cache_dir: str | Path | None = None) -> dict[str, Any]:
+        """Model-free: what ``fingerprint()`` and ``describe()`` return once built (a warm rerun
+        keys its outcomes without loading the model)."""
+        from pytest_redline.engines import modeling
+
+        modeling.cache_weight_hashes(cache_dir)
+        args = modeling.engine_arguments(cls, engine_args)
+        declared = cls.check_engine_args(args)
+        return modeling.identity(cls.name, args["device"], args["dtype"], [args["model"]], **cls._described(Path(args["model"]), args["seed"], declared))
+
+    @staticmethod
+    def _described(path: Path, seed: int, declared: Mapping[str, Any]) -> dict[str, Any]:
+        return {"model": path, "seed": seed, "seed_rule": "sha256(seed/prompt id)", "batch_size": 1, "family": declared["family"]}
+
     def __init__(self, model: str | Path, device: str = "auto", dtype: str = "auto", seed: int = 0,
                  threads: int | None = None, trust_remote_code: bool = False):
         import torch
@@ -140,6 +155,7 @@ class HFGenerateEngine:
         self.dtype = modeling.select_dtype(dtype, self.device)
         self.diffusion = self.declared["family"] == "diffusion_gemma"
         self.model, self.tokenizer = self._load(self.path)
+        self.device = next(self.model.parameters()).device  # e.g. cuda:0, as the identity says
         self.eos_ids = eos_ids(self.model, self.tokenizer, str(self.path))
         if self.diffusion:  # generate() calls forward() directly: hook the submodules that run
             modules = {"decoder": self.model.model.decoder, "encoder": self.model.model.encoder}
@@ -173,8 +189,7 @@ class HFGenerateEngine:
     def describe(self) -> dict[str, str]:
         from pytest_redline.engines import modeling
 
-        return modeling.describe(self.name, self.device, self.dtype, model=self.path, seed=self.seed,
-                                 seed_rule="sha256(seed/prompt id)", batch_size=1, family=self.declared["family"])
+        return modeling.describe(self.name, self.device, self.dtype, **self._described(self.path, self.seed, self.declared))
 
     def generate(self, prompts: Sequence[Prompt], config: Mapping[str, Any]) -> list[Generation]:
         kwargs = self._kwargs(check_params(config))

@@ -139,3 +139,12 @@ def test_stop_strings_cut_hf_generate(ar_engine, prompts):
         assert after.text == before.text.split(",")[0]
         assert after.finish_reason == "stop"
         assert after.tokens < before.tokens and after.forwards < before.forwards
+
+
+def test_equivalent_identity_built_hf_generate(gemma_folder):
+    """The model-free identity (a warm rerun's outcome key) is what the built engine reports."""
+    args = {"model": str(gemma_folder), "device": "cpu", "dtype": "auto", "seed": 3}
+    engine = HFGenerateEngine(**args)
+    built = {"fingerprint": engine.fingerprint(), "runtime": {k: str(v) for k, v in engine.describe().items()}}
+    assert HFGenerateEngine.identity(args) == built
+    assert built["runtime"]["seed"] == "3" and built["runtime"]["family"] == "diffusion_gemma"
