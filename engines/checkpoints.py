@@ -290,7 +290,7 @@ def load_tokenizer(folder: Path):
 
 def stock_config(checkpoint: Checkpoint):
     """The stock transformers config equivalent to the checkpoint's config.json."""
-    from transformers import LlamaConfig, Qwen2Config, Qwen3Config
+    from transformers import Qwen2Config, Qwen3Config
 
     raw = {k: v for k, v in checkpoint.config.items() if k not in REMOTE_KEYS}
     if checkpoint.family == "sdar":
@@ -340,8 +340,6 @@ def _stock_class(family: str):
 
 def _llada(checkpoint: Checkpoint, config, dtype):
     """A stock Llama holding LLaDA's weights (renamed by :data:`LLADA_NAMES`)."""
-    import torch
-
     state = read_weights(checkpoint.folder)
     renamed = {}
     for name, tensor in state.items():
@@ -444,10 +442,11 @@ class ShiftedDecoder:
         self.decoder = decoder
         self.layers = decoder.layers
 
-    def forward(self, input_ids, attention_mask, position_ids, cache, use_cache=True, **kwargs):
+    def forward(self, input_ids, attention_mask, position_ids, cache=None, use_cache=True, **kwargs):
         import torch
-        from transformers.cache_utils import DynamicLayer
+        from transformers.cache_utils import DynamicCache, DynamicLayer
 
+        cache = DynamicCache() if cache is None else cache  # None: a throwaway (shift within this forward)
         n_layers = len(self.layers)
         extra = cache.layers[n_layers:]
         del cache.layers[n_layers:]

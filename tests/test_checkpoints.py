@@ -225,3 +225,18 @@ def test_tokenizer_custom_class_loads_without_remote_code(tmp_path):
     text = "Compute 12+30 and say <|MASK|>."
     assert tokenizer(text).input_ids == published(text).input_ids
     assert tokenizer.mask_token_id == 151669 and tokenizer.chat_template == published.chat_template
+
+
+def test_equivalent_shifted_decoder_model_forward(tiny):
+    """Dream: the head over the ShiftedDecoder's hidden states equals the model's own (shifted)
+    logits under the same block-causal mask, in float64."""
+    from pytest_redline.engines.modeling import block_causal_mask
+
+    model, _ = checkpoints.load(checkpoints.inspect(tiny["dream"]), "cpu", "float64")
+    x = torch.randint(5, 80, (2, 9), generator=torch.Generator().manual_seed(1))
+    pos = torch.arange(9).expand(2, -1)
+    mask = block_causal_mask(pos, pos, 4, torch.float64)
+    with torch.no_grad():
+        hidden = model.get_decoder()(input_ids=x, attention_mask=mask, position_ids=pos).last_hidden_state
+        torch.testing.assert_close(model.get_output_embeddings()(hidden), model(input_ids=x, attention_mask=mask, position_ids=pos).logits,
+                                   rtol=0, atol=1e-12)
