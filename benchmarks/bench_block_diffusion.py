@@ -9,6 +9,13 @@ both as ratios to the reference; then the FLOPs the static skip rule saves (the 
 schedules (``diffulex``, the default, and ``eager``) at its buffer size and at buffer 1. When ``pytest_redline.risk`` is importable
 it also prints the Redline verdict at alpha 0.1 and 0.02 (V = prompts the reference answers and
 the config misses, Holm at the grid's delta), the same computation the gate makes.
+
+    python benchmarks/bench_block_diffusion.py --overhead-against REV [--n 64]
+
+instead prints the three block-diffusion engines' overhead (time outside the model's decoder and
+head calls as a share of the time inside: ``bench_overhead.overhead``, threads 1, best of 3) for
+the engines of git revision REV and of the working tree, measured in one run on the first ``--n``
+calibration prompts as one batch.
 """
 from __future__ import annotations
 
@@ -37,12 +44,64 @@ def run(engine, suite, prompts, params, batch_size):
     return {"correct": correct, "tpf": tokens / forwards, "wall": wall, "flops": flops, "blocks": blocks}
 
 
+OVERHEAD_ROWS = [  # (row, module, class, config)
+    ("block_diffusion reference", "block_diffusion", "BlockDiffusionEngine", {}),
+    ("block_diffusion eager", "block_diffusion", "BlockDiffusionEngine", {"schedule": "eager"}),
+    ("block_diffusion skip rule", "block_diffusion", "BlockDiffusionEngine", {"skip_masked_blocks": True}),
+    ("flowblock w3/s50/acc95/edit", "flowblock", "FlowBlockEngine", {"window": 3, "spawn_threshold": 0.5, "accept_threshold": 0.95}),
+    ("blockbatch bs4-8-16/acc90/m50", "blockbatch", "BlockBatchEngine", {"block_sizes": [4, 8, 16], "accept_threshold": 0.90, "merge_threshold": 0.5}),
+]
+
+
+def engines_at(rev: str, folder: Path) -> dict:
+    """The three engine modules as they were at git revision ``rev``, imported from ``folder``
+    (their imports of the multi-block engine point at its copy)."""
+    import importlib
+    import subprocess
+    import sys
+
+    for name in ("block_diffusion", "flowblock", "blockbatch"):
+        source = subprocess.run(["git", "show", f"{rev}:engines/{name}.py"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+        (folder / f"at_rev_{name}.py").write_text(source.replace("pytest_redline.engines.block_diffusion", "at_rev_block_diffusion"))
+    sys.path.insert(0, str(folder))
+    return {name: importlib.import_module(f"at_rev_{name}") for name in ("block_diffusion", "flowblock", "blockbatch")}
+
+
+def overhead_against(rev: str, n: int) -> None:
+    import importlib
+    import tempfile
+
+    from bench_overhead import BD, overhead
+
+    prompts = ArithmeticSuite(split="calibration", n=n, seed=0).prompts()
+    print(f"{platform.processor() or platform.machine()}, 1 thread, torch {torch.__version__}, batch {n}, best of 3; {rev} against the working tree")
+    print(f"{'engine / config':<32}{rev[:10]:>12}{'now':>9}{'wall ' + rev[:7]:>14}{'wall now':>10}")
+    with tempfile.TemporaryDirectory() as folder:
+        old = engines_at(rev, Path(folder))
+        for row, module, cls, config in OVERHEAD_ROWS:
+            result = []
+            for mod in (old[module], importlib.import_module(f"pytest_redline.engines.{module}")):
+                try:
+                    engine = getattr(mod, cls)(**BD)
+                    torch.set_num_threads(1)
+                    result.append(overhead(engine, prompts, config, 3))
+                except (ValueError, TypeError):
+                    result.append(None)  # the config is unknown at that revision
+            cells = [f"{(w - i) / i:.1%}" if (w, i) != (0, 0) else "-" for w, i in (r or (0, 0) for r in result)]
+            walls = [f"{r[0]:.2f}" if r else "-" for r in result]
+            print(f"{row:<32}{cells[0]:>12}{cells[1]:>9}{walls[0]:>14}{walls[1]:>10}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--grid", default=str(ROOT / "redline.yaml"))
     parser.add_argument("--n", type=int, default=None, help="prompts (default: the grid's suite_args.n)")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--overhead-against", metavar="REV", default=None, help="print the engines' overhead at REV and now")
     args = parser.parse_args()
+    if args.overhead_against:
+        torch.set_num_threads(1)
+        return overhead_against(args.overhead_against, args.n or 64)
     torch.set_num_threads(args.threads)
     grid_path = Path(args.grid)
     grid = yaml.safe_load(grid_path.read_text())
