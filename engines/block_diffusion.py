@@ -262,8 +262,7 @@ class BlockDiffusionEngine:
         """Model-free: what ``fingerprint()`` and ``describe()`` return once built, so that a
         warm rerun keys its outcomes without loading the model (tests/test_store.py checks both);
         weight hashes are cached in ``cache_dir`` (``modeling.WeightHashes``)."""
-        modeling.cache_weight_hashes(cache_dir)
-        args = modeling.engine_arguments(cls, engine_args)
+        args = modeling.engine_arguments(cls, engine_args, cache_dir)
         path = Path(args["model"]) if args["model"] is not None else modeling.EMBEDDED_MODEL
         declared = checkpoints.inspect(path, args["mask_token_id"]).describe()
         return modeling.identity(cls.name, args["device"], args["dtype"], [path], model=path, rules=cls.rules, **declared)

@@ -245,9 +245,11 @@ def loaded_device(device: str | torch.device = "auto") -> torch.device:
     return dev
 
 
-def engine_arguments(cls: type, engine_args: Mapping[str, Any]) -> dict[str, Any]:
-    """``engine_args`` bound to the engine class's constructor, its defaults filled in (a
-    TypeError names an unknown argument)."""
+def engine_arguments(cls: type, engine_args: Mapping[str, Any], cache_dir: str | Path | None = None) -> dict[str, Any]:
+    """For an engine's model-free ``identity``: ``engine_args`` bound to the engine class's
+    constructor, its defaults filled in (a TypeError names an unknown argument); weight hashes
+    are cached in ``cache_dir`` from now on (:func:`cache_weight_hashes`)."""
+    cache_weight_hashes(cache_dir)
     bound = inspect.signature(cls).bind(**engine_args)
     bound.apply_defaults()
     return dict(bound.arguments)

@@ -123,8 +123,7 @@ class QuantizedEngine:
     def identity(cls, engine_args: Mapping[str, Any], cache_dir: str | Path | None = None) -> dict[str, Any]:
         """Model-free: what ``fingerprint()`` and ``describe()`` return once built (a warm rerun's
         key); weight hashes are cached in ``cache_dir``."""
-        modeling.cache_weight_hashes(cache_dir)
-        args = modeling.engine_arguments(cls, engine_args)
+        args = modeling.engine_arguments(cls, engine_args, cache_dir)
         path = Path(args["model"]) if args["model"] is not None else AR_TARGET
         device = modeling.loaded_device(args["device"])
         return modeling.identity(cls.name, device, args["dtype"], [path], model=path, **quantization_runtime(device))

@@ -168,8 +168,7 @@ class SpeculativeEngine:
     def identity(cls, engine_args: Mapping[str, Any], cache_dir: str | Path | None = None) -> dict[str, Any]:
         """Model-free: what ``fingerprint()`` and ``describe()`` return once built (a warm rerun's
         key); weight hashes are cached in ``cache_dir``."""
-        modeling.cache_weight_hashes(cache_dir)
-        args = modeling.engine_arguments(cls, engine_args)
+        args = modeling.engine_arguments(cls, engine_args, cache_dir)
         target = Path(args["target"]) if args["target"] is not None else AR_TARGET
         draft = Path(args["draft"]) if args["draft"] is not None else AR_DRAFT
         return modeling.identity(

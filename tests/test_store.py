@@ -268,31 +268,17 @@ def test_weight_hashes_are_cached_by_path_size_and_mtime(tmp_path: Path) -> None
     assert WeightHashes(None).sha256(folder) == WeightHashes(tmp_path / "hashes.json").sha256(folder)
 
 
-WARM_GRID = """\
-name: speculative-warm
-suite: arithmetic
-suite_args: {{split: calibration, n: 32, seed: 0}}
-engine: speculative
-engine_args: {{target: {target}, draft: {draft}, device: cpu, dtype: float32, threads: 1}}
-cost: apf
-reference: lossless
-configs:
-  lossless: {{acceptance: lossless, num_draft_tokens: 4}}
-  eps0.05: {{acceptance: typical, posterior_threshold: 0.05, num_draft_tokens: 4}}
-deploy: fastest
-batch_size: 32
-"""
-
-
 def test_warm_rerun_builds_no_engine_and_decodes_nothing(pytester, run_gate, monkeypatch) -> None:
     """A cold run keys its outcomes by the model-free identity of the engine it built; the rerun
     finds every outcome under the same keys, so it builds no engine (no model loads)."""
     import json
 
+    from test_speculative import GATE_GRID  # a speculative grid of 32 prompts, two configs
+
     from pytest_redline.engines import modeling
     from pytest_redline.engines.autoregressive import AR_DRAFT, AR_TARGET
 
-    pytester.makefile(".yaml", warm=WARM_GRID.format(target=AR_TARGET, draft=AR_DRAFT))
+    pytester.makefile(".yaml", warm=GATE_GRID.format(target=AR_TARGET, draft=AR_DRAFT))
     args = ("--redline-alpha=0.1", "--redline-grid", "warm.yaml", "--redline-cache-dir", "cache")
     cold = run_gate(*args, "--redline-report", "cold.json")
     assert cold.ret == 0
