@@ -247,7 +247,8 @@ class RowCache:
         rows = len(self.tokens)
         layers = self.model.config.get_text_config().num_hidden_layers
         self.cache = Cache(layers=[RowLayer(self) for _ in range(layers)])
-        self.cursor = torch.zeros(rows, dtype=torch.long, device=self.device)  # per row, the next column to write
+        self.cursor = [0] * rows  # per row, the next column to write
+        self.columns_of: list[list[int]] = [[] for _ in range(rows)]  # per row, the column of each cached token
         self.k_pos = torch.zeros(rows, self.capacity, dtype=torch.long, device=self.device)
         self.k_valid = torch.zeros(rows, self.capacity, dtype=torch.bool, device=self.device)
         self.width = 0
@@ -258,22 +259,22 @@ class RowCache:
     def forward(self, feeds: Sequence[Sequence[int]], keep: int) -> torch.Tensor:
         """Feed row ``r`` the tokens ``feeds[r]`` (at least ``keep`` each); their last ``keep`` logits."""
         if self.recompute:
-            starts = [0] * len(feeds)
             feeds = [self.tokens[r] + list(f) for r, f in enumerate(feeds)]
+            self.tokens = [[] for _ in feeds]
             self._reset()
-        else:
-            starts = [len(t) for t in self.tokens]
-        width = max(len(f) for f in feeds)
+        n, width = len(feeds), max(len(f) for f in feeds)
         if min(len(f) for f in feeds) < keep:
             raise ValueError(f"{min(len(f) for f in feeds)} tokens fed to a row, {keep} logits asked for")
-        pads = [width - len(f) for f in feeds]
-        ids = torch.tensor([[self.pad_id] * pad + list(f) for pad, f in zip(pads, feeds)], dtype=torch.long, device=self.device)
-        q_pos = torch.tensor([[0] * pad + list(range(start, start + len(f))) for pad, start, f in zip(pads, starts, feeds)],
-                             dtype=torch.long, device=self.device)
-        q_valid = torch.arange(width, device=self.device)[None, :] >= torch.tensor(pads, device=self.device)[:, None]
-        self.columns = self.cursor[:, None] + torch.arange(width, device=self.device)[None, :]
-        self.rows = torch.arange(len(feeds), device=self.device)[:, None].expand_as(self.columns)
-        end = int(self.cursor.max()) + width
+        plan = []  # per row: ids, positions, validity and the columns written, left-padded to the width
+        for r, f in enumerate(feeds):
+            pad, start, cursor = width - len(f), len(self.tokens[r]), self.cursor[r]
+            plan.append([[self.pad_id] * pad + list(f), [0] * pad + list(range(start, start + len(f))),
+                         [0] * pad + [1] * len(f), list(range(cursor, cursor + width))])
+            self.columns_of[r].extend(range(cursor + pad, cursor + width))
+        ids, q_pos, q_valid, self.columns = torch.tensor(plan, dtype=torch.long, device=self.device).unbind(1)
+        q_valid = q_valid.bool()
+        self.rows = torch.arange(n, device=self.device)[:, None].expand(n, width)
+        end = max(self.cursor) + width
         if end > self.capacity:
             self.capacity = max(end, 2 * self.capacity)  # the layers grow at their next update
             self.k_pos, self.k_valid = _grow(self.k_pos, self.capacity), _grow(self.k_valid, self.capacity)
@@ -281,7 +282,7 @@ class RowCache:
         self.k_valid[self.rows, self.columns] = q_valid
         self.width = end
         if width == 1:  # one token per row: it attends every valid key (all earlier, itself included)
-            mask = torch.zeros(len(feeds), 1, 1, end, dtype=self.dtype, device=self.device)
+            mask = torch.zeros(n, 1, 1, end, dtype=self.dtype, device=self.device)
             mask.masked_fill_(~self.k_valid[:, None, None, :end], torch.finfo(self.dtype).min)
         else:
             mask = modeling.block_mask(q_pos, self.k_pos[:, :end], self.dtype, self.k_valid[:, :end])  # causal: blocks of 1
@@ -291,12 +292,9 @@ class RowCache:
             logits = self.model.get_output_embeddings()(hidden[:, -keep:])
         else:
             logits = self.model(**inputs, logits_to_keep=keep).logits[:, -keep:]
-        self.cursor += width
-        if self.recompute:
-            self.tokens = [list(f) for f in feeds]
-        else:
-            for t, f in zip(self.tokens, feeds):
-                t.extend(f)
+        self.cursor = [c + width for c in self.cursor]
+        for t, f in zip(self.tokens, feeds):
+            t.extend(f)
         return logits
 
     def retain(self, sequences: Sequence[Sequence[int]], rows: Sequence[int]) -> None:
@@ -304,8 +302,9 @@ class RowCache:
         that prefix ``sequences[row]``."""
         counts = [common_prefix(self.tokens[r], sequences[r]) for r in rows]
         self.tokens = [self.tokens[r] for r in rows]
-        for t, c in zip(self.tokens, counts):
-            del t[c:]
+        self.columns_of = [self.columns_of[r] for r in rows]
+        for t, columns, c in zip(self.tokens, self.columns_of, counts):
+            del t[c:], columns[c:]
         if self.recompute:
             return
         moved = [(j, r) for j, r in enumerate(rows) if j != r]
@@ -316,14 +315,11 @@ class RowCache:
                 layer.move_rows(dst, src)
             self.k_pos[dst], self.k_valid[dst] = self.k_pos[src], self.k_valid[src]
         n = len(rows)
-        self.k_pos, self.k_valid = self.k_pos[:n], self.k_valid[:n]
-        # each row keeps its first ``count`` valid columns; the cursor moves back to just after them
-        limit = torch.tensor(counts, dtype=torch.long, device=self.device)
-        valid = self.k_valid
-        keep = valid & (valid.long().cumsum(1) <= limit[:, None])
-        columns = torch.arange(valid.shape[1], device=self.device)
-        self.cursor = torch.where(keep, columns + 1, 0).amax(1) if n else self.cursor[:0]
-        self.k_valid = valid & (columns[None, :] < self.cursor[:, None])
+        # each row keeps its first ``count`` tokens; its cursor moves back to just after them
+        self.cursor = [columns[-1] + 1 if columns else 0 for columns in self.columns_of]
+        cursor = torch.tensor(self.cursor, dtype=torch.long, device=self.device)
+        self.k_pos = self.k_pos[:n]
+        self.k_valid = self.k_valid[:n] & (torch.arange(self.k_valid.shape[1], device=self.device)[None, :] < cursor[:, None])
 
 
 def token_count(tokenizer, *models) -> int:
