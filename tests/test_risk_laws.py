@@ -180,6 +180,7 @@ def test_monotone_in_alpha_valid_set(problem, a1, a2, correction, family):
 
 @given(problems(), alphas, deltas, st.booleans(), st.sampled_from(["all", "candidates"]))
 @example((np.ones((1, 3), dtype=bool), np.array([1.0]), 0), 0.5, 0.1, False, "all")  # m = 1
+@example((np.zeros((2, 2), dtype=bool), np.array([1.0, 1.0]), 1), 0.5, 0.5, False, "all")  # a tie, reference last
 def test_best_valid_or_reference_deployed(problem, alpha, delta, lower, family):
     result = certify(problem, alpha, delta, lower_is_better=lower, family=family)
     d, ref = result.deployed_index, result.reference_index
@@ -188,7 +189,8 @@ def test_best_valid_or_reference_deployed(problem, alpha, delta, lower, family):
     assert not np.any(better & result.valid) and not better[ref]
     # The reference wins a tie with it (a candidate must be strictly better); else the first listed.
     assert d == ref or result.cost[d] != result.cost[ref]
-    assert not np.any(result.valid[:d] & (result.cost[:d] == result.cost[d]))
+    if d != ref:
+        assert not np.any(result.valid[:d] & (result.cost[:d] == result.cost[d]))
 
 
 @given(problems(), alphas, st.booleans())
