@@ -170,8 +170,11 @@ class RowLayer(CacheLayerMixin):
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         _, heads, _, dim = key_states.shape
         shape = (self.owner.capacity_rows, self.owner.capacity, heads, dim)
-        self.keys = torch.zeros(shape, dtype=key_states.dtype, device=key_states.device)
-        self.values = torch.zeros(shape, dtype=value_states.dtype, device=value_states.device)
+        # uninitialised: each column is zeroed when attention first reads it (``zeroed``), so an
+        # invalid key is never garbage (a NaN would survive the mask) and unused columns cost nothing
+        self.keys = torch.empty(shape, dtype=key_states.dtype, device=key_states.device)
+        self.values = torch.empty(shape, dtype=value_states.dtype, device=value_states.device)
+        self.zeroed = 0
         self.is_initialized = True
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
@@ -180,15 +183,21 @@ class RowLayer(CacheLayerMixin):
         if self.keys.shape[1] < self.owner.capacity:
             self.keys, self.values = (_grow(t, self.owner.capacity) for t in (self.keys, self.values))
         rows, columns, width = self.owner.rows, self.owner.columns, self.owner.width
+        if width > self.zeroed:
+            self.keys[:, self.zeroed : width] = 0
+            self.values[:, self.zeroed : width] = 0
+            self.zeroed = width
         self.keys[rows, columns] = key_states.transpose(1, 2)
         self.values[rows, columns] = value_states.transpose(1, 2)
         n = key_states.shape[0]
         return self.keys[:n, :width].transpose(1, 2), self.values[:n, :width].transpose(1, 2)
 
     def move_rows(self, dst: torch.Tensor, src: torch.Tensor) -> None:
+        """Copy rows ``src`` into slots ``dst`` (the columns in use only)."""
         if self.is_initialized:
-            self.keys[dst] = self.keys[src]
-            self.values[dst] = self.values[src]
+            width = self.owner.width
+            self.keys[dst, :width] = self.keys[src, :width]
+            self.values[dst, :width] = self.values[src, :width]
 
     def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
         return self.owner.width, 0
@@ -201,7 +210,8 @@ class RowLayer(CacheLayerMixin):
 
 
 def _grow(t: torch.Tensor, capacity: int) -> torch.Tensor:
-    """``t`` with its dimension 1 zero-padded to ``capacity`` (a copy; amortised by doubling)."""
+    """``t`` with its dimension 1 zero-padded to ``capacity`` (a copy; amortised by doubling; rare:
+    the engines size the buffer for the requests' token limits)."""
     grown = t.new_zeros(t.shape[0], capacity, *t.shape[2:])
     grown[:, : t.shape[1]] = t
     return grown
@@ -224,9 +234,9 @@ class RowCache:
     """One model's KV cache over a batch of left-padded rows, rolled back per row.
 
     The K/V live in preallocated per-layer buffers (:class:`RowLayer`). Each row has its own
-    column cursor: a forward writes a row's new tokens (its left padding included, as invalid
-    keys) at its cursor; a rollback only moves the cursor back and marks the dropped columns
-    invalid, so later tokens overwrite them. Finished rows leave by :func:`fill_order`. Keys are
+    column cursor: a forward writes a row's new tokens at its cursor (its left padding goes to a
+    scratch column that is never read, so a row's columns have no holes); a rollback only moves
+    the cursor back and marks the dropped columns invalid, so later tokens overwrite them. Finished rows leave by :func:`fill_order`. Keys are
     located by ``k_pos`` (absolute positions) and ``k_valid`` per row and column.
     """
 
@@ -265,19 +275,20 @@ class RowCache:
         n, width = len(feeds), max(len(f) for f in feeds)
         if min(len(f) for f in feeds) < keep:
             raise ValueError(f"{min(len(f) for f in feeds)} tokens fed to a row, {keep} logits asked for")
+        end = max(c + len(f) for c, f in zip(self.cursor, feeds))
+        if end >= self.capacity:  # the last column is the scratch column
+            self.capacity = max(end + 1, 2 * self.capacity)  # the layers grow at their next update
+            self.k_pos, self.k_valid = _grow(self.k_pos, self.capacity), _grow(self.k_valid, self.capacity)
+        scratch = self.capacity - 1  # left padding is written there: never read, so rows have no holes
         plan = []  # per row: ids, positions, validity and the columns written, left-padded to the width
         for r, f in enumerate(feeds):
             pad, start, cursor = width - len(f), len(self.tokens[r]), self.cursor[r]
             plan.append([[self.pad_id] * pad + list(f), [0] * pad + list(range(start, start + len(f))),
-                         [0] * pad + [1] * len(f), list(range(cursor, cursor + width))])
-            self.columns_of[r].extend(range(cursor + pad, cursor + width))
+                         [0] * pad + [1] * len(f), [scratch] * pad + list(range(cursor, cursor + len(f)))])
+            self.columns_of[r].extend(range(cursor, cursor + len(f)))
         ids, q_pos, q_valid, self.columns = torch.tensor(plan, dtype=torch.long, device=self.device).unbind(1)
         q_valid = q_valid.bool()
         self.rows = torch.arange(n, device=self.device)[:, None].expand(n, width)
-        end = max(self.cursor) + width
-        if end > self.capacity:
-            self.capacity = max(end, 2 * self.capacity)  # the layers grow at their next update
-            self.k_pos, self.k_valid = _grow(self.k_pos, self.capacity), _grow(self.k_valid, self.capacity)
         self.k_pos[self.rows, self.columns] = q_pos
         self.k_valid[self.rows, self.columns] = q_valid
         self.width = end
@@ -292,7 +303,7 @@ class RowCache:
             logits = self.model.get_output_embeddings()(hidden[:, -keep:])
         else:
             logits = self.model(**inputs, logits_to_keep=keep).logits[:, -keep:]
-        self.cursor = [c + width for c in self.cursor]
+        self.cursor = [c + len(f) for c, f in zip(self.cursor, feeds)]
         for t, f in zip(self.tokens, feeds):
             t.extend(f)
         return logits
