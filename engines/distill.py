@@ -61,9 +61,19 @@ class DistillConfig:
     config: str = ""  # a config name of the grid; default: its reference
     teacher: str = ""  # default: the grid's engine_args.model
     n: int = 2048  # distinct train-split problems decoded
-    seed: int = 0  # of the train-split problems
+    data_seed: int = 0  # of the train-split problems (--seed is the training seed)
     keep: str = "correct"
 
+
+HELP = {
+    "out": "the checkpoint folder to write (default %(default)s)",
+    "grid": "the grid whose config decodes the targets (default %(default)s)",
+    "config": "a config of that grid (default: its reference)",
+    "teacher": "the checkpoint to decode with and start from (default: the grid's engine_args.model)",
+    "n": "distinct train-split problems to decode (default %(default)s)",
+    "data_seed": "seed of the train-split problems (default %(default)s; --seed seeds training)",
+    "keep": "correct: right answers only (default); all: every answer that ended with an EOS",
+}
 
 # The training recipe of bd-tiny-distilled (train.py's options override it).
 RECIPE = train.TrainConfig(
@@ -86,7 +96,7 @@ class Targets:
 
 def decode_targets(engine: BlockDiffusionEngine, params: dict, cfg: DistillConfig, batch_size: int) -> Targets:
     """Step 1 and 2: decode the train split's problems and keep the targets ``cfg.keep`` names."""
-    suite = ArithmeticSuite(split="train", n=cfg.n, seed=cfg.seed)
+    suite = ArithmeticSuite(split="train", n=cfg.n, seed=cfg.data_seed)
     problems, prompts = suite.problems(), suite.prompts()
     leaked = [p.prompt for p in problems if split_of(p.prompt) != "train"]
     if leaked:  # the suite's own guarantee, checked again: no calibration or test problem is a target
@@ -179,7 +189,7 @@ def distill(cfg: DistillConfig, recipe: train.TrainConfig) -> dict:
         "teacher": {"model": relative(engine.path), "weights_sha256": engine.fingerprint()},
         "decode": {"engine": engine.name, "grid": cfg.grid, "config": name, "params": params,
                    "batch_size": grid.batch_size, "source": engine_source()},
-        "data": {"suite": "arithmetic", "split": "train", "n": cfg.n, "seed": cfg.seed, "keep": cfg.keep,
+        "data": {"suite": "arithmetic", "split": "train", "n": cfg.n, "seed": cfg.data_seed, "keep": cfg.keep,
                  "decoded": targets.decoded, "correct": targets.correct, "ended_with_eos": targets.ended,
                  "kept": len(targets.rows), "teacher_tpf": round(targets.tokens / targets.forwards, 4),
                  "targets_sha256": data_sha},
@@ -198,9 +208,12 @@ def main(argv=None) -> None:
                                      description=__doc__.split("\n\n")[0], add_help=False)
     for f in dataclasses.fields(DistillConfig):
         flag = f"--{f.name.replace('_', '-')}"
-        parser.add_argument(flag, type=type(f.default), default=f.default,
+        parser.add_argument(flag, type=type(f.default), default=f.default, help=HELP[f.name],
                             **({"choices": KEEP} if f.name == "keep" else {}))
     ns, rest = parser.parse_known_args(argv)
+    if "-h" in rest or "--help" in rest:  # the distill options, then train.py's (its parser exits)
+        parser.print_help()
+        print("\ntraining options (engines/train.py; defaults: this recipe's):")
     cfg = DistillConfig(**vars(ns))
     recipe = train.parse_args(rest, defaults=RECIPE, prog=parser.prog + " [distill options]")
     distill(cfg, recipe)

@@ -41,7 +41,7 @@ class Teacher:
 @pytest.mark.parametrize("keep", distill.KEEP)
 def test_train_split_only_targets_keep(keep):
     teacher = Teacher()
-    targets = distill.decode_targets(teacher, {}, distill.DistillConfig(n=40, seed=3, keep=keep), batch_size=16)
+    targets = distill.decode_targets(teacher, {}, distill.DistillConfig(n=40, data_seed=3, keep=keep), batch_size=16)
     assert all(split_of(text) == "train" for text in teacher.seen)  # no calibration or test prompt decoded
     assert (targets.decoded, targets.correct, targets.ended) == (40, 20, 37)
     rows = targets.rows
