@@ -122,3 +122,37 @@ def test_integrity_shipped_distilled_checkpoint():
     record = json.loads(files["training.json"].read_text())["distillation"]
     assert record["teacher"]["model"].endswith("bd-tiny") and record["decode"]["config"]
     assert record["data"]["split"] == "train" and record["data"]["kept"] > 0
+
+
+def test_roundtrip_distill_folder(tmp_path, monkeypatch):
+    """The whole command from bd-tiny (8 problems, 2 steps of batch 4): the folder loads through
+    the Auto classes, SHA256SUMS matches it, and training.json names the teacher by its weights'
+    hash, the decode config and the data."""
+    from transformers import AutoModelForCausalLM
+
+    from pytest_redline.engines import modeling
+
+    teacher = modeling.EMBEDDED_MODEL
+    monkeypatch.chdir(tmp_path)
+    threads = torch.get_num_threads()
+    (tmp_path / "g.yaml").write_text(
+        f"name: g\nsuite: arithmetic\nengine: block_diffusion\nengine_args: {{model: {teacher}, device: cpu}}\n"
+        "cost: tpf\nreference: fast\nconfigs:\n  fast: {accept_threshold: 0.5}\nbatch_size: 4\n"
+    )
+    cfg = distill.DistillConfig(out=str(tmp_path / "out"), grid="g.yaml", n=8)
+    recipe = dataclasses.replace(distill.RECIPE, steps=2, eval_every=2, batch_size=4, pool_batches=2)
+    try:
+        record = distill.distill(cfg, recipe)
+    finally:
+        torch.set_num_threads(threads)
+    out = tmp_path / "out"
+    AutoModelForCausalLM.from_pretrained(out, local_files_only=True)
+    for line in (out / "SHA256SUMS").read_text().splitlines():
+        digest, name = line.split("  ")
+        assert hashlib.sha256((out / name).read_bytes()).hexdigest() == digest
+    saved = json.loads((out / "training.json").read_text())
+    assert saved["distillation"] == json.loads(json.dumps(record))
+    assert record["teacher"]["weights_sha256"] == modeling.fingerprint(teacher)
+    assert record["decode"]["config"] == "fast" and record["decode"]["params"]["accept_threshold"] == 0.5
+    assert record["data"]["decoded"] == 8 and record["data"]["kept"] == record["data"]["correct"] > 0
+    assert saved["step"] == 2 and saved["config"]["block_sizes"] == [8]
