@@ -247,7 +247,9 @@ class RowCache:
         # the decoder and the head are called directly (as LlamaForCausalLM.forward does, without
         # its per-call wrappers), unless the architecture post-processes its logits
         self._direct = not any(getattr(model.config, key, None) for key in ("final_logit_softcapping", "logit_scale"))
-        forward_args = inspect.signature((model.get_decoder() if self._direct else model).forward).parameters
+        self._decoder, self._head = model.get_decoder(), model.get_output_embeddings()  # looked up once, not per forward
+        forward_args = inspect.signature((self._decoder if self._direct else model).forward).parameters
+        self._open, self._shut = (torch.tensor(v, dtype=self.dtype, device=self.device) for v in (0.0, torch.finfo(self.dtype).min))
         self._cache_kwarg = "cache" if "cache" in forward_args else "past_key_values"  # transformers 5.x vs older
         self.tokens: list[list[int]] = [[] for _ in range(rows)]  # per row, the tokens whose K/V are cached
         self.capacity_rows, self.capacity = rows, capacity
@@ -257,8 +259,7 @@ class RowCache:
         rows = len(self.tokens)
         layers = self.model.config.get_text_config().num_hidden_layers
         self.cache = Cache(layers=[RowLayer(self) for _ in range(layers)])
-        self.cursor = [0] * rows  # per row, the next column to write
-        self.columns_of: list[list[int]] = [[] for _ in range(rows)]  # per row, the column of each cached token
+        self.cursor = [0] * rows  # per row, the next column to write: its cached tokens (no holes)
         self.k_pos = torch.zeros(rows, self.capacity, dtype=torch.long, device=self.device)
         self.k_valid = torch.zeros(rows, self.capacity, dtype=torch.bool, device=self.device)
         self.width = 0
@@ -280,27 +281,33 @@ class RowCache:
             self.capacity = max(end + 1, 2 * self.capacity)  # the layers grow at their next update
             self.k_pos, self.k_valid = _grow(self.k_pos, self.capacity), _grow(self.k_valid, self.capacity)
         scratch = self.capacity - 1  # left padding is written there: never read, so rows have no holes
-        plan = []  # per row: ids, positions, validity and the columns written, left-padded to the width
-        for r, f in enumerate(feeds):
-            pad, start, cursor = width - len(f), len(self.tokens[r]), self.cursor[r]
-            plan.append([[self.pad_id] * pad + list(f), [0] * pad + list(range(start, start + len(f))),
-                         [0] * pad + [1] * len(f), [scratch] * pad + list(range(cursor, cursor + len(f)))])
-            self.columns_of[r].extend(range(cursor, cursor + len(f)))
-        ids, q_pos, q_valid, self.columns = torch.tensor(plan, dtype=torch.long, device=self.device).unbind(1)
-        q_valid = q_valid.bool()
+        # a row's columns have no holes, so its next column is also its next position (its cached
+        # tokens): the plan is one tensor expression over the rows, not a Python loop
+        cursor = torch.tensor(self.cursor, dtype=torch.long, device=self.device)[:, None]
+        flat = torch.tensor([t for f in feeds for t in f], dtype=torch.long, device=self.device)
+        if width == 1:
+            ids, q_pos, q_valid = flat[:, None], cursor, torch.ones(n, 1, dtype=torch.bool, device=self.device)
+            self.columns = cursor
+        else:  # offset of each slot in its row's feed; negative: left padding
+            lengths = torch.tensor([len(f) for f in feeds], dtype=torch.long, device=self.device)[:, None]
+            offset = torch.arange(width, device=self.device)[None, :] - (width - lengths)
+            q_valid = offset >= 0
+            q_pos = torch.where(q_valid, cursor + offset, 0)
+            self.columns = torch.where(q_valid, q_pos, scratch)
+            ids = torch.full((n, width), self.pad_id, dtype=torch.long, device=self.device)
+            ids[q_valid] = flat
         self.rows = torch.arange(n, device=self.device)[:, None].expand(n, width)
         self.k_pos[self.rows, self.columns] = q_pos
         self.k_valid[self.rows, self.columns] = q_valid
         self.width = end
         if width == 1:  # one token per row: it attends every valid key (all earlier, itself included)
-            mask = torch.zeros(n, 1, 1, end, dtype=self.dtype, device=self.device)
-            mask.masked_fill_(~self.k_valid[:, None, None, :end], torch.finfo(self.dtype).min)
+            mask = torch.where(self.k_valid[:, None, None, :end], self._open, self._shut)  # one op: 0 or the dtype's min
         else:
             mask = modeling.block_mask(q_pos, self.k_pos[:, :end], self.dtype, self.k_valid[:, :end])  # causal: blocks of 1
         inputs = dict(input_ids=ids, attention_mask=mask, position_ids=q_pos, use_cache=True, **{self._cache_kwarg: self.cache})
         if self._direct:
-            hidden = self.model.get_decoder()(**inputs).last_hidden_state
-            logits = self.model.get_output_embeddings()(hidden[:, -keep:])
+            hidden = self._decoder(**inputs).last_hidden_state
+            logits = self._head(hidden[:, -keep:])
         else:
             logits = self.model(**inputs, logits_to_keep=keep).logits[:, -keep:]
         self.cursor = [c + len(f) for c, f in zip(self.cursor, feeds)]
@@ -313,9 +320,8 @@ class RowCache:
         that prefix ``sequences[row]``."""
         counts = [common_prefix(self.tokens[r], sequences[r]) for r in rows]
         self.tokens = [self.tokens[r] for r in rows]
-        self.columns_of = [self.columns_of[r] for r in rows]
-        for t, columns, c in zip(self.tokens, self.columns_of, counts):
-            del t[c:], columns[c:]
+        for t, c in zip(self.tokens, counts):
+            del t[c:]
         if self.recompute:
             return
         moved = [(j, r) for j, r in enumerate(rows) if j != r]
@@ -327,7 +333,7 @@ class RowCache:
             self.k_pos[dst], self.k_valid[dst] = self.k_pos[src], self.k_valid[src]
         n = len(rows)
         # each row keeps its first ``count`` tokens; its cursor moves back to just after them
-        self.cursor = [columns[-1] + 1 if columns else 0 for columns in self.columns_of]
+        self.cursor = counts
         cursor = torch.tensor(self.cursor, dtype=torch.long, device=self.device)
         self.k_pos = self.k_pos[:n]
         self.k_valid = self.k_valid[:n] & (torch.arange(self.k_valid.shape[1], device=self.device)[None, :] < cursor[:, None])
