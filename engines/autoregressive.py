@@ -237,7 +237,7 @@ class RowCache:
     column cursor: a forward writes a row's new tokens at its cursor (its left padding goes to a
     scratch column that is never read, so a row's columns have no holes); a rollback only moves
     the cursor back and marks the dropped columns invalid, so later tokens overwrite them. Finished rows leave by :func:`fill_order`. Keys are
-    located by ``k_pos`` (absolute positions) and ``k_valid`` per row and column.
+    located by ``k_valid`` per row and column; a valid key's position is its column (``positions``).
     """
 
     def __init__(self, model, rows: int, pad_id: int, recompute: bool = False, capacity: int = 64):
@@ -260,7 +260,8 @@ class RowCache:
         layers = self.model.config.get_text_config().num_hidden_layers
         self.cache = Cache(layers=[RowLayer(self) for _ in range(layers)])
         self.cursor = [0] * rows  # per row, the next column to write: its cached tokens (no holes)
-        self.k_pos = torch.zeros(rows, self.capacity, dtype=torch.long, device=self.device)
+        self.positions = torch.arange(self.capacity, device=self.device)  # of each column's key, where valid
+        self.slots = torch.arange(rows, device=self.device)
         self.k_valid = torch.zeros(rows, self.capacity, dtype=torch.bool, device=self.device)
         self.width = 0
 
@@ -279,7 +280,8 @@ class RowCache:
         end = max(c + len(f) for c, f in zip(self.cursor, feeds))
         if end >= self.capacity:  # the last column is the scratch column
             self.capacity = max(end + 1, 2 * self.capacity)  # the layers grow at their next update
-            self.k_pos, self.k_valid = _grow(self.k_pos, self.capacity), _grow(self.k_valid, self.capacity)
+            self.k_valid = _grow(self.k_valid, self.capacity)
+            self.positions = torch.arange(self.capacity, device=self.device)
         scratch = self.capacity - 1  # left padding is written there: never read, so rows have no holes
         # a row's columns have no holes, so its next column is also its next position (its cached
         # tokens): the plan is one tensor expression over the rows, not a Python loop
@@ -290,20 +292,20 @@ class RowCache:
             self.columns = cursor
         else:  # offset of each slot in its row's feed; negative: left padding
             lengths = torch.tensor([len(f) for f in feeds], dtype=torch.long, device=self.device)[:, None]
-            offset = torch.arange(width, device=self.device)[None, :] - (width - lengths)
+            offset = self.positions[None, :width] - (width - lengths)
             q_valid = offset >= 0
             q_pos = torch.where(q_valid, cursor + offset, 0)
             self.columns = torch.where(q_valid, q_pos, scratch)
             ids = torch.full((n, width), self.pad_id, dtype=torch.long, device=self.device)
             ids[q_valid] = flat
-        self.rows = torch.arange(n, device=self.device)[:, None].expand(n, width)
-        self.k_pos[self.rows, self.columns] = q_pos
+        self.rows = self.slots[:n, None].expand(n, width)
         self.k_valid[self.rows, self.columns] = q_valid
         self.width = end
         if width == 1:  # one token per row: it attends every valid key (all earlier, itself included)
             mask = torch.where(self.k_valid[:, None, None, :end], self._open, self._shut)  # one op: 0 or the dtype's min
         else:
-            mask = modeling.block_mask(q_pos, self.k_pos[:, :end], self.dtype, self.k_valid[:, :end])  # causal: blocks of 1
+            k_pos = self.positions[None, :end].expand(n, end)
+            mask = modeling.block_mask(q_pos, k_pos, self.dtype, self.k_valid[:, :end])  # causal: blocks of 1
         inputs = dict(input_ids=ids, attention_mask=mask, position_ids=q_pos, use_cache=True, **{self._cache_kwarg: self.cache})
         if self._direct:
             hidden = self._decoder(**inputs).last_hidden_state
@@ -330,13 +332,12 @@ class RowCache:
             src = torch.tensor([r for _, r in moved], dtype=torch.long, device=self.device)
             for layer in self.cache.layers:
                 layer.move_rows(dst, src)
-            self.k_pos[dst], self.k_valid[dst] = self.k_pos[src], self.k_valid[src]
+            self.k_valid[dst] = self.k_valid[src]
         n = len(rows)
         # each row keeps its first ``count`` tokens; its cursor moves back to just after them
         self.cursor = counts
         cursor = torch.tensor(self.cursor, dtype=torch.long, device=self.device)
-        self.k_pos = self.k_pos[:n]
-        self.k_valid = self.k_valid[:n] & (torch.arange(self.k_valid.shape[1], device=self.device)[None, :] < cursor[:, None])
+        self.k_valid = self.k_valid[:n] & (self.positions[None, :] < cursor[:, None])
 
 
 def token_count(tokenizer, *models) -> int:
