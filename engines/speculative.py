@@ -195,12 +195,12 @@ class SpeculativeEngine:
         target = row_cache(self.target, len(running), self.pad_id, recompute=not cfg.use_cache, capacity=capacity)
         draft = row_cache(self.draft, len(running), self.pad_id, recompute=not cfg.use_cache, capacity=capacity)
         while running:
-            proposals = self._propose(draft, running, gamma)
-            feeds = [r.tokens[target.cached(i) :] + p for i, (r, p) in enumerate(zip(running, proposals.tolist()))]
+            proposals, listed = self._propose(draft, running, gamma)
+            feeds = [r.tokens[target.cached(i) :] + p for i, (r, p) in enumerate(zip(running, listed))]
             logits = only_tokens(target.forward(feeds, keep=gamma + 1), self.tokens)
             kept = accepted_lengths(logits, proposals, cfg)
             own = logits[torch.arange(len(running), device=logits.device), kept].argmax(-1)
-            for req, n, props, token in zip(running, kept.tolist(), proposals.tolist(), own.tolist()):
+            for req, (n, token), props in zip(running, torch.stack([kept, own], 1).tolist(), listed):  # one device read
                 appended = req.append(props[:n] + [token])
                 req.count("forwards")
                 req.count("draft_forwards", gamma)
@@ -212,14 +212,16 @@ class SpeculativeEngine:
             draft.retain(sequences, order)
             running = [running[i] for i in order]
 
-    def _propose(self, draft: RowCache, running: Sequence[Request], gamma: int) -> torch.Tensor:
-        """γ greedy draft tokens per request, shape (rows, γ)."""
-        proposals = torch.zeros(len(running), gamma, dtype=torch.long, device=self.device)
+    def _propose(self, draft: RowCache, running: Sequence[Request], gamma: int) -> tuple[torch.Tensor, list[list[int]]]:
+        """γ greedy draft tokens per request, shape (rows, γ), and the same as lists."""
+        steps = []
         feeds = [r.tokens[draft.cached(i) :] for i, r in enumerate(running)]
-        for k in range(gamma):
-            proposals[:, k] = only_tokens(draft.forward(feeds, keep=1)[:, -1], self.tokens).argmax(-1)
-            feeds = [[t] for t in proposals[:, k].tolist()]
-        return proposals
+        for _ in range(gamma):
+            step = only_tokens(draft.forward(feeds, keep=1)[:, -1], self.tokens).argmax(-1)
+            steps.append(step)
+            feeds = [[t] for t in step.tolist()]  # the next forward needs them as lists anyway
+        proposals = torch.stack(steps, 1)
+        return proposals, proposals.tolist()
 
     def _generation(self, req: Request) -> Generation:
         return generation(req, {key: float(req.counts.get(key, 0)) for key in ("draft_forwards", "proposed_draft_tokens", "accepted_draft_tokens")})
