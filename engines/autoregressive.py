@@ -236,8 +236,9 @@ class RowCache:
     The K/V live in preallocated per-layer buffers (:class:`RowLayer`). Each row has its own
     column cursor: a forward writes a row's new tokens at its cursor (its left padding goes to a
     scratch column that is never read, so a row's columns have no holes); a rollback only moves
-    the cursor back and marks the dropped columns invalid, so later tokens overwrite them. Finished rows leave by :func:`fill_order`. Keys are
-    located by ``k_valid`` per row and column; a valid key's position is its column (``positions``).
+    the cursor back, so later tokens overwrite the dropped columns. Finished rows leave by
+    :func:`fill_order`. A row's valid keys are therefore exactly its columns before its cursor, and
+    a key's position is its column (``positions``): the masks follow from the cursors alone.
     """
 
     def __init__(self, model, rows: int, pad_id: int, recompute: bool = False, capacity: int = 64):
@@ -262,7 +263,6 @@ class RowCache:
         self.cursor = [0] * rows  # per row, the next column to write: its cached tokens (no holes)
         self.positions = torch.arange(self.capacity, device=self.device)  # of each column's key, where valid
         self.slots = torch.arange(rows, device=self.device)
-        self.k_valid = torch.zeros(rows, self.capacity, dtype=torch.bool, device=self.device)
         self.width = 0
 
     def cached(self, row: int) -> int:
@@ -280,7 +280,6 @@ class RowCache:
         end = max(c + len(f) for c, f in zip(self.cursor, feeds))
         if end >= self.capacity:  # the last column is the scratch column
             self.capacity = max(end + 1, 2 * self.capacity)  # the layers grow at their next update
-            self.k_valid = _grow(self.k_valid, self.capacity)
             self.positions = torch.arange(self.capacity, device=self.device)
         scratch = self.capacity - 1  # left padding is written there: never read, so rows have no holes
         # a row's columns have no holes, so its next column is also its next position (its cached
@@ -288,7 +287,7 @@ class RowCache:
         cursor = torch.tensor(self.cursor, dtype=torch.long, device=self.device)[:, None]
         flat = torch.tensor([t for f in feeds for t in f], dtype=torch.long, device=self.device)
         if width == 1:
-            ids, q_pos, q_valid = flat[:, None], cursor, torch.ones(n, 1, dtype=torch.bool, device=self.device)
+            ids, q_pos = flat[:, None], cursor
             self.columns = cursor
         else:  # offset of each slot in its row's feed; negative: left padding
             lengths = torch.tensor([len(f) for f in feeds], dtype=torch.long, device=self.device)[:, None]
@@ -299,13 +298,14 @@ class RowCache:
             ids = torch.full((n, width), self.pad_id, dtype=torch.long, device=self.device)
             ids[q_valid] = flat
         self.rows = self.slots[:n, None].expand(n, width)
-        self.k_valid[self.rows, self.columns] = q_valid
+        after = cursor + (1 if width == 1 else lengths)  # each row's cursor after this forward
+        valid = self.positions[None, :end] < after  # (rows, end): the keys a row holds, the fed ones included
         self.width = end
         if width == 1:  # one token per row: it attends every valid key (all earlier, itself included)
-            mask = torch.where(self.k_valid[:, None, None, :end], self._open, self._shut)  # one op: 0 or the dtype's min
+            mask = torch.where(valid[:, None, None, :], self._open, self._shut)  # one op: 0 or the dtype's min
         else:
             k_pos = self.positions[None, :end].expand(n, end)
-            mask = modeling.block_mask(q_pos, k_pos, self.dtype, self.k_valid[:, :end])  # causal: blocks of 1
+            mask = modeling.block_mask(q_pos, k_pos, self.dtype, valid)  # causal: blocks of 1
         inputs = dict(input_ids=ids, attention_mask=mask, position_ids=q_pos, use_cache=True, **{self._cache_kwarg: self.cache})
         if self._direct:
             hidden = self._decoder(**inputs).last_hidden_state
@@ -324,6 +324,7 @@ class RowCache:
         self.tokens = [self.tokens[r] for r in rows]
         for t, c in zip(self.tokens, counts):
             del t[c:]
+        self.cursor = counts  # each row keeps its first ``count`` tokens; its cursor moves back to just after them
         if self.recompute:
             return
         moved = [(j, r) for j, r in enumerate(rows) if j != r]
@@ -332,12 +333,6 @@ class RowCache:
             src = torch.tensor([r for _, r in moved], dtype=torch.long, device=self.device)
             for layer in self.cache.layers:
                 layer.move_rows(dst, src)
-            self.k_valid[dst] = self.k_valid[src]
-        n = len(rows)
-        # each row keeps its first ``count`` tokens; its cursor moves back to just after them
-        self.cursor = counts
-        cursor = torch.tensor(self.cursor, dtype=torch.long, device=self.device)
-        self.k_valid = self.k_valid[:n] & (self.positions[None, :] < cursor[:, None])
 
 
 def token_count(tokenizer, *models) -> int:
