@@ -298,14 +298,14 @@ class RowCache:
             ids = torch.full((n, width), self.pad_id, dtype=torch.long, device=self.device)
             ids[q_valid] = flat
         self.rows = self.slots[:n, None].expand(n, width)
-        after = cursor + (1 if width == 1 else lengths)  # each row's cursor after this forward
-        valid = self.positions[None, :end] < after  # (rows, end): the keys a row holds, the fed ones included
         self.width = end
-        if width == 1:  # one token per row: it attends every valid key (all earlier, itself included)
-            mask = torch.where(valid[:, None, None, :], self._open, self._shut)  # one op: 0 or the dtype's min
-        else:
-            k_pos = self.positions[None, :end].expand(n, end)
-            mask = modeling.block_mask(q_pos, k_pos, self.dtype, valid)  # causal: blocks of 1
+        # 0 or the dtype's min, as modeling.block_mask gives over these keys, in one op: a row's
+        # valid keys are its columns before its new cursor, and a key's position is its column
+        if width == 1:  # one token per row: it attends every key the row holds (itself included)
+            mask = torch.where(self.positions[None, None, None, :end] <= cursor[:, None, None], self._open, self._shut)
+        else:  # causal: a query attends the columns up to its position (all held); a padding query
+            # (position 0) attends column 0, which every row holds
+            mask = torch.where(self.positions[None, None, :end] <= q_pos[:, :, None], self._open, self._shut)[:, None]
         inputs = dict(input_ids=ids, attention_mask=mask, position_ids=q_pos, use_cache=True, **{self._cache_kwarg: self.cache})
         if self._direct:
             hidden = self._decoder(**inputs).last_hidden_state

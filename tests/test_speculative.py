@@ -263,6 +263,32 @@ def test_rollback_never_lets_a_rejected_token_change_later_logits(engine, rows, 
         torch.testing.assert_close(logits[i], fresh, rtol=1e-9, atol=1e-9)
 
 
+@settings(max_examples=15)
+@given(st.lists(st.tuples(st.integers(1, 5), st.integers(0, 4), st.integers(1, 3)), min_size=1, max_size=4))
+def test_row_cache_masks_equal_block_mask_over_the_held_keys(engine, rows) -> None:
+    """The masks RowCache builds from its cursors alone (no validity state) equal
+    ``modeling.block_mask`` over each row's held keys (positions 0 .. cached - 1), in every forward:
+    the prefill, a rollback, and one-token feeds."""
+    from pytest_redline.engines import modeling
+
+    seen = []
+    hook = engine.draft.get_decoder().register_forward_pre_hook(
+        lambda module, args, kwargs: seen.append((kwargs["attention_mask"], kwargs["position_ids"])), with_kwargs=True)
+    cache = RowCache(engine.draft, len(rows), engine.pad_id)
+    try:
+        for step, feeds in enumerate(([[7] * a for a, _, _ in rows], [[9] * (c if i % 2 else 1) for i, (_, _, c) in enumerate(rows)])):
+            cache.forward(feeds, keep=1)
+            held = [cache.cached(r) for r in range(len(rows))]
+            mask, q_pos = seen[-1]
+            width = mask.shape[-1]
+            k_pos = torch.arange(width)[None].expand(len(rows), width)
+            expected = modeling.block_mask(q_pos, k_pos, mask.dtype, k_pos < torch.tensor(held)[:, None])
+            assert torch.equal(mask.expand_as(expected), expected), f"forward {step}"
+            cache.retain([cache.tokens[r][: max(1, held[r] - k)] for r, (_, k, _) in enumerate(rows)], list(range(len(rows))))
+    finally:
+        hook.remove()
+
+
 @pytest.mark.parametrize("params", [LOSSLESS, TYPICAL], ids=["lossless", "typical"])
 def test_preallocated_cache_decodes_what_the_compacting_cache_decoded(engine, suite, params) -> None:
     """The speed change (preallocated buffers, cursors, slot refill) changes no token, count or
