@@ -261,6 +261,7 @@ class RowCache:
         layers = self.model.config.get_text_config().num_hidden_layers
         self.cache = Cache(layers=[RowLayer(self) for _ in range(layers)])
         self.cursor = [0] * rows  # per row, the next column to write: its cached tokens (no holes)
+        self._cursor_t: torch.Tensor | None = None  # the cursors as a (rows, 1) tensor, while known without a copy
         self.positions = torch.arange(self.capacity, device=self.device)  # of each column's key, where valid
         self.slots = torch.arange(rows, device=self.device)
         self.width = 0
@@ -284,7 +285,7 @@ class RowCache:
         scratch = self.capacity - 1  # left padding is written there: never read, so rows have no holes
         # a row's columns have no holes, so its next column is also its next position (its cached
         # tokens): the plan is one tensor expression over the rows, not a Python loop
-        cursor = torch.tensor(self.cursor, dtype=torch.long, device=self.device)[:, None]
+        cursor = self._cursor_t if self._cursor_t is not None else torch.tensor(self.cursor, dtype=torch.long, device=self.device)[:, None]
         flat = torch.tensor([t for f in feeds for t in f], dtype=torch.long, device=self.device)
         if width == 1:
             ids, q_pos = flat[:, None], cursor
@@ -313,6 +314,7 @@ class RowCache:
         else:
             logits = self.model(**inputs, logits_to_keep=keep).logits[:, -keep:]
         self.cursor = [c + len(f) for c, f in zip(self.cursor, feeds)]
+        self._cursor_t = cursor + (1 if width == 1 else lengths)  # a draft's next step needs no list-to-tensor copy
         for t, f in zip(self.tokens, feeds):
             t.extend(f)
         return logits
@@ -325,6 +327,7 @@ class RowCache:
         for t, c in zip(self.tokens, counts):
             del t[c:]
         self.cursor = counts  # each row keeps its first ``count`` tokens; its cursor moves back to just after them
+        self._cursor_t = None
         if self.recompute:
             return
         moved = [(j, r) for j, r in enumerate(rows) if j != r]

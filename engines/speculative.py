@@ -217,7 +217,7 @@ class SpeculativeEngine:
         steps = []
         feeds = [r.tokens[draft.cached(i) :] for i, r in enumerate(running)]
         for _ in range(gamma):
-            step = only_tokens(draft.forward(feeds, keep=1)[:, -1], self.tokens).argmax(-1)
+            step = draft.forward(feeds, keep=1)[:, -1, : self.tokens].argmax(-1)  # never a padding id (as only_tokens, no copy)
             steps.append(step)
             feeds = [[t] for t in step.tolist()]  # the next forward needs them as lists anyway
         proposals = torch.stack(steps, 1)
