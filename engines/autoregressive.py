@@ -275,10 +275,12 @@ class RowCache:
             feeds = [self.tokens[r] + list(f) for r, f in enumerate(feeds)]
             self.tokens = [[] for _ in feeds]
             self._reset()
-        n, width = len(feeds), max(len(f) for f in feeds)
-        if min(len(f) for f in feeds) < keep:
-            raise ValueError(f"{min(len(f) for f in feeds)} tokens fed to a row, {keep} logits asked for")
-        end = max(c + len(f) for c, f in zip(self.cursor, feeds))
+        sizes = [len(f) for f in feeds]
+        n, width = len(feeds), max(sizes)
+        if min(sizes) < keep:
+            raise ValueError(f"{min(sizes)} tokens fed to a row, {keep} logits asked for")
+        after = [c + k for c, k in zip(self.cursor, sizes)]  # each row's cursor after this forward
+        end = max(after)
         if end >= self.capacity:  # the last column is the scratch column
             self.capacity = max(end + 1, 2 * self.capacity)  # the layers grow at their next update
             self.positions = torch.arange(self.capacity, device=self.device)
@@ -291,7 +293,7 @@ class RowCache:
             ids, q_pos = flat[:, None], cursor
             self.columns = cursor
         else:  # offset of each slot in its row's feed; negative: left padding
-            lengths = torch.tensor([len(f) for f in feeds], dtype=torch.long, device=self.device)[:, None]
+            lengths = torch.tensor(sizes, dtype=torch.long, device=self.device)[:, None]
             offset = self.positions[None, :width] - (width - lengths)
             q_valid = offset >= 0
             q_pos = torch.where(q_valid, cursor + offset, 0)
@@ -313,7 +315,7 @@ class RowCache:
             logits = self._head(hidden[:, -keep:])
         else:
             logits = self.model(**inputs, logits_to_keep=keep).logits[:, -keep:]
-        self.cursor = [c + len(f) for c, f in zip(self.cursor, feeds)]
+        self.cursor = after
         self._cursor_t = cursor + (1 if width == 1 else lengths)  # a draft's next step needs no list-to-tensor copy
         for t, f in zip(self.tokens, feeds):
             t.extend(f)
