@@ -14,7 +14,6 @@ import json
 import platform
 import sys
 from pathlib import Path
-import re
 import time
 
 from pytest_redline.suites.answers import boxes
