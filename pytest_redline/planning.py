@@ -11,6 +11,7 @@ numpy and ``scipy.special`` only, as :mod:`pytest_redline.risk`.
 """
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -95,14 +96,19 @@ def prompts_needed(alpha: float, true_risk: float, m: int, delta: float = 0.10, 
     alpha = open_unit("alpha", alpha)
     true_risk = _risk_below("true_risk", true_risk, alpha)
     m = positive_int("m", m)
-    delta = open_unit("delta", delta)
-    target = open_unit("power", power)
-    level = delta / m
-    hi = max(64, int(2 * _normal_n(alpha, true_risk, level, target)) + 64)
-    while True:
-        n = np.arange(1, hi + 1, dtype=np.int64)
+    return _prompts_needed(alpha, true_risk, open_unit("delta", delta) / m, open_unit("power", power))
+
+
+@functools.lru_cache(maxsize=256)
+def _prompts_needed(alpha: float, true_risk: float, level: float, target: float) -> int:
+    """The scan of :func:`prompts_needed` on checked arguments, remembered (a session's
+    report and summary ask the same question for each config)."""
+    lo, hi, last_fail = 1, max(64, int(2 * _normal_n(alpha, true_risk, level, target)) + 64), 0
+    while True:  # each pass scans only the n the previous one did not
+        n = np.arange(lo, hi + 1, dtype=np.int64)
         failing = np.flatnonzero(_power(n, alpha, true_risk, level) < target)
-        last_fail = int(n[failing[-1]]) if failing.size else 0
+        if failing.size:
+            last_fail = int(n[failing[-1]])
         if 2 * last_fail < hi:
             return last_fail + 1
-        hi *= 2
+        lo, hi = hi + 1, hi * 2

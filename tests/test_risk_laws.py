@@ -293,3 +293,54 @@ def test_largest_passing_critical_count(n, alpha, level):
     if k >= 0:
         assert risk.binom_pvalue(k, n, alpha) <= level
     assert risk.binom_pvalue(k + 1, n, alpha) > level
+
+
+def _critical_by_bisection(n, alpha, level):
+    """The critical counts as risk computed them before (a bisection on the p-value)."""
+    n = np.asarray(n, dtype=np.int64)
+    lo, hi = np.full(n.shape, -1, dtype=np.int64), n.copy()
+    while np.any(hi - lo > 1):
+        mid = (lo + hi) // 2
+        passes = risk._pvalue(mid, n, alpha) <= level
+        lo, hi = np.where(passes, mid, lo), np.where(passes, hi, mid)
+    return lo
+
+
+@given(st.lists(st.integers(min_value=1, max_value=10**6), min_size=1, max_size=50), alphas,
+       st.floats(min_value=1e-12, max_value=0.999))
+@example([1, 2, 3, 1000], 0.5, 0.4)
+@example([5, 50, 5000], 1e-9, 1e-12)
+@example([7, 10**6], 1 - 1e-9, 0.999)
+def test_equivalent_critical_count_bisection(ns, alpha, level):
+    n = np.array(ns)
+    assert risk._critical(n, alpha, level).tolist() == _critical_by_bisection(n, alpha, level).tolist()
+
+
+def _prompts_needed_full_scan(alpha, true_risk, m, delta, power):
+    """planning.prompts_needed as it was: every n from 1 scanned again on each doubling."""
+    from pytest_redline.planning import _normal_n
+
+    level = delta / m
+    hi = max(64, int(2 * _normal_n(alpha, true_risk, level, power)) + 64)
+    while True:
+        n = np.arange(1, hi + 1, dtype=np.int64)
+        k = _critical_by_bisection(n, alpha, level)
+        failing = np.flatnonzero(np.where(k < 0, 0.0, risk._pvalue(np.maximum(k, 0), n, true_risk)) < power)
+        last_fail = int(n[failing[-1]]) if failing.size else 0
+        if 2 * last_fail < hi:
+            return last_fail + 1
+        hi *= 2
+
+
+@settings(max_examples=40)
+@given(st.floats(min_value=0.02, max_value=0.5), st.floats(min_value=0.0, max_value=0.9),
+       st.integers(min_value=1, max_value=60), st.floats(min_value=0.01, max_value=0.5),
+       st.floats(min_value=0.05, max_value=0.99))
+@example(0.05, 0.6, 8, 0.10, 0.8)  # the published figure: 1008
+@example(0.1, 0.0, 1, 0.5, 0.05)
+def test_equivalent_prompts_needed_full_scan(alpha, share, m, delta, power):
+    from pytest_redline import planning
+
+    true_risk = alpha * share
+    assume(planning.prompts_needed_approx(alpha, true_risk, m, delta, power) < 4000)
+    assert planning.prompts_needed(alpha, true_risk, m, delta, power) == _prompts_needed_full_scan(alpha, true_risk, m, delta, power)
