@@ -27,7 +27,8 @@ import numpy as np
 import torch
 import yaml
 
-from pytest_redline.engines.block_diffusion import DEFAULTS, BlockDiffusionEngine
+from pytest_redline.engines.block_diffusion import BlockDiffusionEngine
+from pytest_redline.engines.diffusion_spec import DEFAULTS
 from pytest_redline.suites.arithmetic import ArithmeticSuite
 from timing import generate_timed
 

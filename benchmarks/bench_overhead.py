@@ -37,11 +37,11 @@ from pathlib import Path
 import torch
 from transformers import PreTrainedModel
 
-from pytest_redline.engines import autoregressive, modeling
-from pytest_redline.engines.autoregressive import AR_DRAFT, AR_TARGET
+from pytest_redline.engines import autoregressive, runtime
+from pytest_redline.engines.runtime import AR_DRAFT, AR_TARGET
 from pytest_redline.suites.arithmetic import ArithmeticSuite
 
-BD = {"model": modeling.EMBEDDED_MODEL, "device": "cpu", "dtype": "float32"}
+BD = {"model": runtime.EMBEDDED_MODEL, "device": "cpu", "dtype": "float32"}
 ROWS = {  # row -> (engine entry-point name, engine_args, config)
     "block_diffusion reference": ("block_diffusion", BD, {}),
     "block_diffusion skip rule": ("block_diffusion", BD, {"skip_masked_blocks": True}),

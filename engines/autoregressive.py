@@ -30,12 +30,8 @@ from typing import Callable, Mapping, Sequence
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
 
-from pytest_redline.engines import modeling
 from pytest_redline.engines.base import Generation
 from pytest_redline.suites.base import Prompt, cut_at_stop
-
-AR_TARGET = modeling.EMBEDDED_MODEL.parent / "ar-target"  # the embedded autoregressive models
-AR_DRAFT = modeling.EMBEDDED_MODEL.parent / "ar-draft"
 
 
 def set_threads(threads: int | None, engine: str) -> None:

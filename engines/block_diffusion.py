@@ -65,72 +65,11 @@ from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
 import torch
 from transformers import DynamicCache
 
-from pytest_redline.engines import checkpoints, modeling
+from pytest_redline.engines import checkpoints, modeling, runtime
 from pytest_redline.engines.autoregressive import encode, eos_ids, set_threads
 from pytest_redline.engines.base import Generation
+from pytest_redline.engines.diffusion_spec import BlockDiffusionSpec, DecodeConfig
 from pytest_redline.suites.base import Prompt, cut_at_stop
-
-SCHEDULES = ("diffulex", "eager")
-
-DEFAULTS: dict[str, Any] = {
-    "block_size": 8,
-    "buffer_size": 2,
-    "accept_threshold": 0.95,
-    "semi_complete_threshold": 0.90,
-    "add_block_threshold": 0.10,
-    "skip_masked_blocks": False,
-    "schedule": "diffulex",  # or "eager": this engine's earlier, cheaper rules (see the docstring)
-    "max_new_tokens": 96,
-    "use_cache": True,  # False recomputes the whole prefix every step: the reference for tests
-}
-
-
-@dataclass(frozen=True)
-class DecodeConfig:
-    block_size: int
-    buffer_size: int
-    accept_threshold: float
-    semi_complete_threshold: float
-    add_block_threshold: float
-    skip_masked_blocks: bool
-    schedule: str
-    max_new_tokens: int
-    use_cache: bool
-
-    @classmethod
-    def from_params(cls, params: Mapping[str, Any]) -> "DecodeConfig":
-        values = modeling.with_defaults("block_diffusion", params, DEFAULTS)
-        check_params(
-            "block_diffusion", values,
-            ints={"block_size": 1, "buffer_size": 1, "max_new_tokens": 1},
-            numbers=("accept_threshold", "semi_complete_threshold", "add_block_threshold"),
-            flags=("skip_masked_blocks", "use_cache"),
-        )
-        if values["schedule"] not in SCHEDULES:
-            raise ValueError(f"block_diffusion: schedule: expected one of {', '.join(SCHEDULES)}, got {values['schedule']!r}")
-        return cls(**values)
-
-
-def check_params(
-    engine: str,
-    values: Mapping[str, Any],
-    ints: Mapping[str, int],
-    numbers: Sequence[str] = (),
-    flags: Sequence[str] = (),
-) -> None:
-    """A ValueError naming the engine, the key and the value unless ``values[key]`` is an int of at
-    least ``ints[key]`` (bools are not ints), a number >= 0 for each key of ``numbers``, and a bool
-    for each key of ``flags``."""
-    for key, least in ints.items():
-        if isinstance(values[key], bool) or not isinstance(values[key], int) or values[key] < least:
-            raise ValueError(f"{engine}: {key}: expected int >= {least}, got {values[key]!r}")
-    for key in numbers:
-        if isinstance(values[key], bool) or not isinstance(values[key], (int, float)) or values[key] < 0:
-            raise ValueError(f"{engine}: {key}: expected a number >= 0, got {values[key]!r}")
-    for key in flags:
-        if not isinstance(values[key], bool):
-            raise ValueError(f"{engine}: {key}: expected true or false, got {values[key]!r}")
-
 
 @dataclass
 class Request:
@@ -199,14 +138,12 @@ def cut_at_eos(answer: Sequence[int], eos: frozenset[int]) -> tuple[list[int], b
     return list(answer), False
 
 
-class BlockDiffusionEngine:
+class BlockDiffusionEngine(BlockDiffusionSpec):
     """``BlockDiffusionEngine(model=PATH, device="auto", dtype="auto", mask_token_id=None,
     trust_remote_code=False, trace=None, threads=None)``; the model defaults to the embedded bd-tiny.
-    ``threads`` sets torch's intra-op threads (see ``autoregressive.set_threads``)."""
+    ``threads`` sets torch's intra-op threads (see ``autoregressive.set_threads``). Its name,
+    config, rules version and model-free methods are in ``diffusion_spec.BlockDiffusionSpec``."""
 
-    name = "block_diffusion"
-    rules = "2: diffulex multi_bd"  # enters the outcome key (describe): bump when decoding rules change
-    Config = DecodeConfig
     Request = Request
 
     def __init__(
@@ -220,7 +157,7 @@ class BlockDiffusionEngine:
         threads: int | None = None,
     ):
         set_threads(threads, self.name)
-        self.path = Path(model) if model is not None else modeling.EMBEDDED_MODEL
+        self.path = Path(model) if model is not None else runtime.EMBEDDED_MODEL
         # what the checkpoint declares (family, block size, mask id), then its stock-class loader
         self.checkpoint = checkpoints.inspect(self.path, mask_token_id)
         self.model, self.tokenizer = checkpoints.load(self.checkpoint, device, dtype, trust_remote_code)
@@ -244,36 +181,13 @@ class BlockDiffusionEngine:
 
     # -- protocol ---------------------------------------------------------------------------
 
-    @classmethod
-    def check_config(cls, params: Mapping[str, Any]) -> None:
-        """The model-free parameter check: a ValueError naming the key and value of a bad config."""
-        cls.Config.from_params(params)
-
     def fingerprint(self) -> str:
         if self._fingerprint is None:
-            self._fingerprint = modeling.fingerprint(self.path)
+            self._fingerprint = runtime.fingerprint(self.path)
         return self._fingerprint
 
     def describe(self) -> dict[str, str]:
-        return modeling.describe(self.name, self.device, self.dtype, model=self.path, rules=self.rules, **self.checkpoint.describe())
-
-    @classmethod
-    def identity(cls, engine_args: Mapping[str, Any], cache_dir: str | Path | None = None) -> dict[str, Any]:
-        """Model-free: what ``fingerprint()`` and ``describe()`` return once built, so that a
-        warm rerun keys its outcomes without loading the model (tests/test_store.py checks both);
-        weight hashes are cached in ``cache_dir`` (``modeling.WeightHashes``)."""
-        args = modeling.engine_arguments(cls, engine_args, cache_dir)
-        path = Path(args["model"]) if args["model"] is not None else modeling.EMBEDDED_MODEL
-        declared = checkpoints.inspect(path, args["mask_token_id"]).describe()
-        return modeling.identity(cls.name, args["device"], args["dtype"], [path], model=path, rules=cls.rules, **declared)
-
-    @staticmethod
-    def check_engine_args(engine_args: Mapping[str, Any]) -> dict[str, str] | None:
-        """The model-free checkpoint check (family, block size, mask token): the gate calls it
-        while preparing a grid; a ``checkpoints.CheckpointError`` names the file and the field.
-        Returns what the checkpoint declares (None for the embedded model)."""
-        checkpoint = checkpoints.check_engine_args(engine_args)
-        return None if checkpoint is None else checkpoint.describe()
+        return runtime.describe(self.name, self.device, self.dtype, model=self.path, rules=self.rules, **self.checkpoint.describe())
 
     def with_declared(self, config: Mapping[str, Any]) -> Mapping[str, Any]:
         """The checkpoint's declared ``block_size`` as the default of a config that sets none

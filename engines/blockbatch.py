@@ -74,46 +74,9 @@ import torch
 from pytest_redline.engines import modeling
 from pytest_redline.engines.autoregressive import encode
 from pytest_redline.engines.base import Generation
-from pytest_redline.engines.block_diffusion import BlockDiffusionEngine, KVRows, Step, check_params
+from pytest_redline.engines.block_diffusion import BlockDiffusionEngine, KVRows, Step
+from pytest_redline.engines.diffusion_spec import BatchConfig, BlockBatchSpec
 from pytest_redline.suites.base import Prompt
-
-DEFAULTS: dict[str, Any] = {
-    "block_sizes": [4, 8, 16],  # one branch each (the paper evaluates 4-8-16-32-64)
-    "accept_threshold": 0.9,  # per-branch commit: top-1 probability above this, else the top-1
-    "proposal_threshold": 0.1,  # a branch proposes, at a position it read, every token above this
-    "merge_threshold": 0.5,  # a destination takes a merged token only above this probability
-    "sync_lag": 8,  # a branch more than this many positions behind the leader copies it
-    "refresh_interval": 0,  # leader positions between full cache refreshes; 0: never (paper: 32)
-    "max_new_tokens": 96,
-}
-
-
-@dataclass(frozen=True)
-class BatchConfig:
-    block_sizes: tuple[int, ...]
-    accept_threshold: float
-    proposal_threshold: float
-    merge_threshold: float
-    sync_lag: int
-    refresh_interval: int
-    max_new_tokens: int
-
-    @classmethod
-    def from_params(cls, params: Mapping[str, Any]) -> "BatchConfig":
-        values = modeling.with_defaults("blockbatch", params, DEFAULTS)
-        sizes = values["block_sizes"]
-        if (
-            not isinstance(sizes, (list, tuple)) or not sizes or len(set(sizes)) != len(sizes)
-            or any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in sizes)
-        ):
-            raise ValueError(f"blockbatch: block_sizes: expected a non-empty list of distinct ints >= 1, got {sizes!r}")
-        check_params(
-            "blockbatch", values,
-            ints={"sync_lag": 0, "refresh_interval": 0, "max_new_tokens": 1},
-            numbers=("accept_threshold", "proposal_threshold", "merge_threshold"),
-        )
-        return cls(**{**values, "block_sizes": tuple(sizes)})
-
 
 @dataclass
 class Branch:
@@ -152,14 +115,11 @@ class Request:
     winner: Branch | None = None
 
 
-class BlockBatchEngine(BlockDiffusionEngine):
+class BlockBatchEngine(BlockBatchSpec, BlockDiffusionEngine):
     """``BlockBatchEngine(model=PATH, device="auto", dtype="auto", mask_token_id=None,
     trust_remote_code=False, trace=None, threads=None)``; the model defaults to the embedded bd-tiny.
     ``threads`` sets torch's intra-op threads (see ``autoregressive.set_threads``)."""
 
-    name = "blockbatch"
-    rules = "2: paper merges, best-EOS winner, re-committing refresh"
-    Config = BatchConfig
     refresh_from_scratch = True  # False: a refresh reuses the cache (the law that it is exact)
 
     # -- decoding ---------------------------------------------------------------------------

@@ -46,12 +46,13 @@ from pathlib import Path
 import torch
 
 from pytest_redline.engines import modeling, train
-from pytest_redline.engines.block_diffusion import BlockDiffusionEngine, DecodeConfig
+from pytest_redline.engines.block_diffusion import BlockDiffusionEngine
+from pytest_redline.engines.diffusion_spec import DecodeConfig
 from pytest_redline.grid import load_grid
 from pytest_redline.suites.arithmetic import ArithmeticSuite, split_of
 
 KEEP = ("correct", "all")
-ENGINE_SOURCES = ("engines/block_diffusion.py", "engines/modeling.py", "engines/autoregressive.py")
+ENGINE_SOURCES = ("engines/block_diffusion.py", "engines/diffusion_spec.py", "engines/modeling.py", "engines/autoregressive.py")
 
 
 @dataclass
@@ -127,9 +128,10 @@ def engine_source() -> dict:
     """The engine code that decoded the targets: the sha256 of each module as imported, the last
     commit touching them in the git checkout at the working directory, and whether the imported
     files are exactly that checkout's committed ones."""
-    from pytest_redline.engines import autoregressive, block_diffusion
+    from pytest_redline.engines import autoregressive, block_diffusion, diffusion_spec
 
-    files = {name: Path(module.__file__) for name, module in zip(ENGINE_SOURCES, (block_diffusion, modeling, autoregressive))}
+    modules = (block_diffusion, diffusion_spec, modeling, autoregressive)
+    files = {name: Path(module.__file__) for name, module in zip(ENGINE_SOURCES, modules)}
     record: dict = {name: sha256_file(path) for name, path in files.items()}
 
     def git(*args: str) -> str:

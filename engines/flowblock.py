@@ -48,57 +48,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Mapping
 
-from pytest_redline.engines import modeling
-from pytest_redline.engines.block_diffusion import BlockDiffusionEngine, Reads, Request, Step, check_params
-
-DEFAULTS: dict[str, Any] = {
-    "block_size": 8,
-    "window": 3,  # at most this many active blocks; 1 = one block at a time (LLaDA2.1)
-    "accept_threshold": 0.95,  # commit a masked position above this; also the readiness cut
-    # Admit the next block when the frontier's readiness reaches this. Not 0.9: a frontier with m
-    # <= 9 masked positions has rho >= 0.9 only when all m pass (rho = 1), so with blocks of 8 and
-    # no editing 0.9 admits a block only once its predecessor is complete: serial decoding.
-    "spawn_threshold": 0.50,
-    "edit_threshold": 0.90,  # replace a filled token whose rival top-1 is above this; >= 1: no editing
-    "max_post_steps": 16,  # check forwards per block after its masks are filled (LLaDA2.1's cap)
-    "max_new_tokens": 96,
-    "use_cache": True,  # False recomputes the whole prefix every step: the reference for tests
-}
-
-
-@dataclass(frozen=True)
-class FlowConfig:
-    block_size: int
-    window: int
-    accept_threshold: float
-    spawn_threshold: float
-    edit_threshold: float
-    max_post_steps: int
-    max_new_tokens: int
-    use_cache: bool
-
-    @classmethod
-    def from_params(cls, params: Mapping[str, Any]) -> "FlowConfig":
-        values = modeling.with_defaults("flowblock", params, DEFAULTS)
-        check_params(
-            "flowblock", values,
-            ints={"block_size": 1, "window": 1, "max_new_tokens": 1, "max_post_steps": 0},
-            numbers=("accept_threshold", "spawn_threshold", "edit_threshold"),
-            flags=("use_cache",),
-        )
-        return cls(**values)
-
-    @property
-    def editing(self) -> bool:
-        return self.edit_threshold < 1
-
-    @property
-    def buffer_size(self) -> int:
-        """The multi-block engine's name for the blocks in flight at most (its ``new_request`` reads it)."""
-        return self.window
-
+from pytest_redline.engines.block_diffusion import BlockDiffusionEngine, Reads, Request, Step
+from pytest_redline.engines.diffusion_spec import FlowBlockSpec, FlowConfig
 
 @dataclass
 class FlowRequest(Request):
@@ -108,15 +60,12 @@ class FlowRequest(Request):
     changed: float = math.inf  # the first block a commit or edit changed in the last step
 
 
-class FlowBlockEngine(BlockDiffusionEngine):
+class FlowBlockEngine(FlowBlockSpec, BlockDiffusionEngine):
     """``FlowBlockEngine(model=PATH, device="auto", dtype="auto", mask_token_id=None,
     trust_remote_code=False, trace=None, threads=None)``; the model defaults to the embedded
     bd-tiny. The trace (one JSON line per request and step) also records the step's edits and readiness."""
 
-    name = "flowblock"
-    rules = "2: LLaDA2.1 editing, post-step cap"
-    Config = FlowConfig
-    Request = FlowRequest
+    Request = FlowRequest  # name, rules and Config: FlowBlockSpec
 
     def admit(self, req: FlowRequest, cfg: FlowConfig) -> list[int]:
         B = cfg.block_size

@@ -30,9 +30,11 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import inspect
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from pytest_redline.engines import runtime
 from pytest_redline.engines.base import Generation
 from pytest_redline.suites.base import Prompt, cut_at_stop
 
@@ -129,13 +131,13 @@ class HFGenerateEngine:
     @classmethod
     def identity(cls, engine_args: Mapping[str, Any], cache_dir: str | Path | None = None) -> dict[str, Any]:
         """Model-free: what ``fingerprint()`` and ``describe()`` return once built (a warm rerun
-        keys its outcomes without loading the model)."""
-        from pytest_redline.engines import modeling
-
-        modeling.cache_weight_hashes(cache_dir)
-        args = modeling.engine_arguments(cls, engine_args)
+        keys its outcomes without loading the model, nor importing torch)."""
+        runtime.cache_weight_hashes(cache_dir)
+        bound = inspect.signature(cls).bind(**engine_args)  # a TypeError names an unknown argument
+        bound.apply_defaults()
+        args = dict(bound.arguments)
         declared = cls.check_engine_args(args)
-        return modeling.identity(cls.name, args["device"], args["dtype"], [args["model"]], **cls._described(Path(args["model"]), args["seed"], declared))
+        return runtime.identity(cls.name, args["device"], args["dtype"], [args["model"]], **cls._described(Path(args["model"]), args["seed"], declared))
 
     @staticmethod
     def _described(path: Path, seed: int, declared: Mapping[str, Any]) -> dict[str, Any]:
@@ -180,16 +182,12 @@ class HFGenerateEngine:
     # -- protocol ---------------------------------------------------------------------------
 
     def fingerprint(self) -> str:
-        from pytest_redline.engines import modeling
-
         if self._fingerprint is None:
-            self._fingerprint = modeling.fingerprint(self.path)
+            self._fingerprint = runtime.fingerprint(self.path)
         return self._fingerprint
 
     def describe(self) -> dict[str, str]:
-        from pytest_redline.engines import modeling
-
-        return modeling.describe(self.name, self.device, self.dtype, **self._described(self.path, self.seed, self.declared))
+        return runtime.describe(self.name, self.device, self.dtype, **self._described(self.path, self.seed, self.declared))
 
     def generate(self, prompts: Sequence[Prompt], config: Mapping[str, Any]) -> list[Generation]:
         kwargs = self._kwargs(check_params(config))

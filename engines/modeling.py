@@ -5,9 +5,10 @@
 - position ids for left-padded batches;
 - building a small stock ``LlamaForCausalLM`` and loading model + tokenizer from a local folder,
   offline, through the Auto classes;
-- device / dtype selection (CUDA + bf16 when available, else CPU float32);
-- the fingerprint of a checkpoint (sha256 of its weight files, cached by path, size and mtime)
-  and an engine's model-free identity (what ``fingerprint()`` and ``describe()`` return once built).
+- device / dtype selection (CUDA + bf16 when available, else CPU float32).
+
+What identifies a run (weight fingerprints, ``describe``, the model-free identity) is in
+``runtime``, which imports no torch.
 
 Conventions for block-diffusion models here: blocks are counted from position 0 of each row's
 first real token (``block(p) = p // block_size``); logits at position ``i`` predict the token at
@@ -15,20 +16,12 @@ position ``i`` (no shift), as in SDAR and LLaDA.
 """
 from __future__ import annotations
 
-import hashlib
-import inspect
-import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
 
 import torch
-import transformers
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-EMBEDDED_MODEL = Path(__file__).resolve().parent / "models" / "bd-tiny"
-WEIGHT_SUFFIXES = (".safetensors", ".bin")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -170,72 +163,6 @@ def load(path: str | Path, device: str = "auto", dtype: str | torch.dtype = "aut
     return model.to(dev).eval(), tokenizer
 
 
-class WeightHashes:
-    """sha256 of a checkpoint folder's weight files (names and contents, sorted by name), cached
-    by the folder's path and each file's size and modification time, so that a large checkpoint
-    is hashed once and not every session. ``path``: a JSON file kept beside the outcome store
-    (None: in memory only). A changed, added or removed weight file invalidates the entry."""
-
-    def __init__(self, path: str | Path | None = None):
-        self.path = Path(path) if path is not None else None
-        self._entries: dict[str, dict[str, Any]] = {}
-        if self.path is not None and self.path.is_file():
-            try:
-                self._entries = dict(json.loads(self.path.read_text()))
-            except (OSError, ValueError, TypeError):
-                self._entries = {}  # unreadable: rebuilt as folders are hashed
-
-    def sha256(self, folder: str | Path) -> str:
-        folder = Path(folder)
-        files = sorted(p for p in folder.iterdir() if p.suffix in WEIGHT_SUFFIXES and p.is_file()) if folder.is_dir() else []
-        if not files:
-            raise FileNotFoundError(f"{folder}: no weight files ({', '.join(WEIGHT_SUFFIXES)})")
-        stats = [[f.name, f.stat().st_size, f.stat().st_mtime_ns] for f in files]
-        key = str(folder.resolve())
-        entry = self._entries.get(key)
-        if entry is not None and entry.get("files") == stats:
-            return entry["sha256"]
-        digest = hashlib.sha256()
-        for file in files:
-            digest.update(file.name.encode())
-            with open(file, "rb") as handle:
-                for chunk in iter(lambda: handle.read(1 << 20), b""):
-                    digest.update(chunk)
-        self._entries[key] = {"files": stats, "sha256": digest.hexdigest()}
-        self._save()
-        return digest.hexdigest()
-
-    def _save(self) -> None:
-        if self.path is None:
-            return
-        try:  # atomic: concurrent sessions (xdist workers) each write a whole file
-            tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(self._entries, sort_keys=True, indent=1))
-            os.replace(tmp, self.path)
-        except OSError:
-            pass  # a read-only cache folder: the hashes stay in memory
-
-
-_HASHES = WeightHashes()
-
-
-WEIGHT_HASHES = "weight-hashes.json"
-
-
-def cache_weight_hashes(folder: str | Path | None) -> None:
-    """Keep this process's weight hashes in ``folder``/weight-hashes.json (None: leave as is)."""
-    global _HASHES
-    if folder is not None and _HASHES.path != Path(folder) / WEIGHT_HASHES:
-        _HASHES = WeightHashes(Path(folder) / WEIGHT_HASHES)
-
-
-def fingerprint(*paths: str | Path) -> str:
-    """sha256 over the weight files of a checkpoint folder (names and contents, sorted by name);
-    of several folders, the sha256 of their fingerprints joined by ':'. Cached (:class:`WeightHashes`)."""
-    parts = [_HASHES.sha256(path) for path in paths]
-    return parts[0] if len(parts) == 1 else hashlib.sha256(":".join(parts).encode()).hexdigest()
-
-
 def loaded_device(device: str | torch.device = "auto") -> torch.device:
     """The device a model's parameters land on when loaded with ``device`` (``cuda`` means the
     current CUDA device, as ``model.to("cuda")`` does), without loading one."""
@@ -243,24 +170,6 @@ def loaded_device(device: str | torch.device = "auto") -> torch.device:
     if dev.type == "cuda" and dev.index is None:
         dev = torch.device("cuda", torch.cuda.current_device())
     return dev
-
-
-def engine_arguments(cls: type, engine_args: Mapping[str, Any], cache_dir: str | Path | None = None) -> dict[str, Any]:
-    """For an engine's model-free ``identity``: ``engine_args`` bound to the engine class's
-    constructor, its defaults filled in (a TypeError names an unknown argument); weight hashes
-    are cached in ``cache_dir`` from now on (:func:`cache_weight_hashes`)."""
-    cache_weight_hashes(cache_dir)
-    bound = inspect.signature(cls).bind(**engine_args)
-    bound.apply_defaults()
-    return dict(bound.arguments)
-
-
-def identity(engine: str, device: str, dtype: str, weights: Sequence[str | Path], **paths_and_more) -> dict[str, Any]:
-    """What a built engine's ``fingerprint()`` and ``describe()`` return, without loading a model:
-    ``{"fingerprint": ..., "runtime": ...}``, for the outcome key of a warm rerun. ``weights``: the
-    checkpoint folders, in the order the engine's fingerprint joins them."""
-    dev = loaded_device(device)
-    return {"fingerprint": fingerprint(*weights), "runtime": describe(engine, dev, select_dtype(dtype, dev), **paths_and_more)}
 
 
 def active_layer_params(model) -> float:
@@ -277,25 +186,3 @@ def active_layer_params(model) -> float:
         routed = ".experts." in f".{name}" and "shared_expert" not in name
         total += p.numel() * (share if routed else 1.0)
     return total
-
-
-def describe(engine: str, device, dtype, **paths_and_more) -> dict[str, str]:
-    """Where and how an engine runs, for the outcome store's key: the engine, its model paths,
-    the device, the dtype and the library versions (outcomes never mix CPU and GPU runs)."""
-    return {
-        "engine": engine,
-        **{key: str(value) for key, value in paths_and_more.items()},
-        "device": str(device),
-        "dtype": str(dtype).removeprefix("torch."),
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-    }
-
-
-def with_defaults(engine: str, params: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[str, Any]:
-    """A config's parameters over the engine's defaults; an unknown key is a ValueError that
-    names it and lists the known ones."""
-    unknown = sorted(set(params) - set(defaults))
-    if unknown:
-        raise ValueError(f"{engine}: unknown config key {unknown[0]!r}; known keys: {', '.join(defaults)}")
-    return {**defaults, **params}

@@ -20,7 +20,6 @@ Costs, in ``Generation.extra`` (the same weight values on every prompt of a conf
 from __future__ import annotations
 
 import contextlib
-import importlib.metadata
 import logging
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -28,48 +27,12 @@ from typing import Any, Mapping, Sequence
 import torch
 from transformers import AutoModelForCausalLM, BitsAndBytesConfig
 
-from pytest_redline.engines import memory, modeling
-from pytest_redline.engines.autoregressive import AR_TARGET, Request, eos_ids, generation, greedy, new_request, set_threads, token_count
+from pytest_redline.engines import memory, modeling, runtime
+from pytest_redline.engines.autoregressive import Request, eos_ids, generation, greedy, new_request, set_threads, token_count
+from pytest_redline.engines.autoregressive_spec import QuantizedSpec, absmax_dtype, quantization_runtime, quantized_config
 from pytest_redline.engines.base import Generation
+from pytest_redline.engines.runtime import AR_TARGET
 from pytest_redline.suites.base import Prompt
-
-MODES = ("none", "int8", "nf4", "fp4")
-DEFAULTS: dict[str, Any] = {"quantization": "none", "max_new_tokens": 96}
-
-
-def check_config(params: Mapping[str, Any]) -> dict[str, Any]:
-    values = modeling.with_defaults("quantized", params, DEFAULTS)
-    if values["quantization"] not in MODES:
-        raise ValueError(f"quantized: quantization: expected one of {', '.join(MODES)}, got {values['quantization']!r}")
-    n = values["max_new_tokens"]
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"quantized: max_new_tokens: expected int >= 1, got {n!r}")
-    return values
-
-
-def quantization_runtime(device: torch.device) -> dict[str, str]:
-    """What, besides the device, decides the quantized outcomes and their memory: bitsandbytes'
-    version, and the dtype of the 4-bit layers' absmax scales (:func:`absmax_dtype`)."""
-    return {
-        "quantization": f"bitsandbytes {importlib.metadata.version('bitsandbytes')} ({', '.join(MODES[1:])})",
-        "absmax_4bit": absmax_dtype(device),
-    }
-
-
-def absmax_dtype(device: torch.device) -> str:
-    """The dtype of the nf4/fp4 absmax scales once a layer has run a forward: bitsandbytes
-    (``Linear4bit.forward``, 0.48+) repacks them to bfloat16 for its CPU kernel when the CPU has
-    AVX512-BF16, and keeps float32 elsewhere and on CUDA. So nf4's weight memory on the embedded
-    ar-target is 612,608 bytes on such a CPU and 645,376 bytes otherwise: the outcome key records
-    it. Read from the CPU flags without importing bitsandbytes (the engine checks it after loading)."""
-    if device.type != "cpu":
-        return "float32"
-    try:
-        flags = {word for line in open("/proc/cpuinfo") if line.startswith("flags") for word in line.split()}
-    except OSError:
-        flags = set()
-    return "bfloat16" if "avx512_bf16" in flags else "float32"
-
 
 def bnb_config(mode: str, compute_dtype: torch.dtype) -> BitsAndBytesConfig:
     if mode == "int8":
@@ -77,13 +40,12 @@ def bnb_config(mode: str, compute_dtype: torch.dtype) -> BitsAndBytesConfig:
     return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=mode, bnb_4bit_compute_dtype=compute_dtype)
 
 
-class QuantizedEngine:
+class QuantizedEngine(QuantizedSpec):
     """``QuantizedEngine(model=PATH, device="auto", dtype="auto", measure_peak=True, threads=None)``;
     the model defaults to the embedded ``ar-target``. One quantization is loaded at a time (the
     last used). ``threads`` sets torch's intra-op threads (see ``autoregressive.set_threads``)."""
 
-    name = "quantized"
-    check_config = staticmethod(check_config)  # model-free: the gate calls it while preparing a grid
+    # name, config check and model-free methods: autoregressive_spec.QuantizedSpec
 
     def __init__(
         self,
@@ -113,23 +75,14 @@ class QuantizedEngine:
 
     def fingerprint(self) -> str:
         if self._fingerprint is None:
-            self._fingerprint = modeling.fingerprint(self.path)
+            self._fingerprint = runtime.fingerprint(self.path)
         return self._fingerprint
 
     def describe(self) -> dict[str, str]:
-        return modeling.describe(self.name, self.device, self.dtype, model=self.path, **quantization_runtime(self.device))
-
-    @classmethod
-    def identity(cls, engine_args: Mapping[str, Any], cache_dir: str | Path | None = None) -> dict[str, Any]:
-        """Model-free: what ``fingerprint()`` and ``describe()`` return once built (a warm rerun's
-        key); weight hashes are cached in ``cache_dir``."""
-        args = modeling.engine_arguments(cls, engine_args, cache_dir)
-        path = Path(args["model"]) if args["model"] is not None else AR_TARGET
-        device = modeling.loaded_device(args["device"])
-        return modeling.identity(cls.name, device, args["dtype"], [path], model=path, **quantization_runtime(device))
+        return runtime.describe(self.name, self.device, self.dtype, model=self.path, **quantization_runtime(str(self.device)))
 
     def generate(self, prompts: Sequence[Prompt], config: Mapping[str, Any]) -> list[Generation]:
-        cfg = check_config(config)
+        cfg = quantized_config(config)
         model = self.model(cfg["quantization"])
         requests = [new_request(self.tokenizer, p, cfg["max_new_tokens"], self.eos, self.name) for p in prompts]
         peak = self._decode(model, requests)
@@ -173,11 +126,11 @@ class QuantizedEngine:
         """The 4-bit scales have the dtype the outcome key recorded (:func:`absmax_dtype`)."""
         states = [m.weight.quant_state for m in self._model.modules() if getattr(getattr(m, "weight", None), "quant_state", None)]
         found = {str(s.absmax.dtype).removeprefix("torch.") for s in states}
-        expected = absmax_dtype(self.device)
+        expected = absmax_dtype(str(self.device))
         if found and found != {expected}:
             raise RuntimeError(
                 f"quantized: {self.path}: mode {mode!r}: bitsandbytes keeps the absmax scales in {', '.join(sorted(found))}, "
-                f"but the outcome key records {expected} (engines/quantized.py absmax_dtype)"
+                f"but the outcome key records {expected} (engines/autoregressive_spec.py absmax_dtype)"
             )
 
     # -- decoding ---------------------------------------------------------------------------

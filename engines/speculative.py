@@ -33,70 +33,19 @@ The cost is ``apf`` = tokens / target forwards.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import torch
 
-from pytest_redline.engines import modeling
+from pytest_redline.engines import modeling, runtime
 from pytest_redline.engines.autoregressive import (
-    AR_DRAFT, AR_TARGET, Request, RowCache, eos_ids, fill_order, generation, new_request, only_tokens, set_threads, token_count,
+    Request, RowCache, eos_ids, fill_order, generation, new_request, only_tokens, set_threads, token_count,
 )
+from pytest_redline.engines.autoregressive_spec import SpecConfig, SpeculativeSpec, check_same_tokenizer
 from pytest_redline.engines.base import Generation
+from pytest_redline.engines.runtime import AR_DRAFT, AR_TARGET
 from pytest_redline.suites.base import Prompt
-
-ACCEPTANCE = ("lossless", "typical")
-DEFAULTS: dict[str, Any] = {
-    "acceptance": "lossless",
-    "num_draft_tokens": 4,
-    "posterior_threshold": 0.09,  # ε (Medusa's default)
-    "posterior_alpha": None,  # δ; None: √ε
-    "temperature": 1.0,  # of the softmax that the typical criterion reads
-    "max_new_tokens": 96,
-    "use_cache": True,  # False recomputes every forward from the first token: the reference for tests
-}
-TYPICAL_ONLY = ("posterior_threshold", "posterior_alpha", "temperature")
-
-
-@dataclass(frozen=True)
-class SpecConfig:
-    acceptance: str
-    num_draft_tokens: int
-    posterior_threshold: float
-    posterior_alpha: float
-    temperature: float
-    max_new_tokens: int
-    use_cache: bool
-
-    @classmethod
-    def from_params(cls, params: Mapping[str, Any]) -> "SpecConfig":
-        values = modeling.with_defaults("speculative", params, DEFAULTS)
-        if values["acceptance"] not in ACCEPTANCE:
-            raise ValueError(f"speculative: acceptance: expected one of {', '.join(ACCEPTANCE)}, got {values['acceptance']!r}")
-        if values["acceptance"] == "lossless":
-            given = [key for key in TYPICAL_ONLY if key in params]
-            if given:
-                raise ValueError(f"speculative: {given[0]}: applies only to acceptance: typical, got acceptance: lossless")
-        for key in ("num_draft_tokens", "max_new_tokens"):
-            if isinstance(values[key], bool) or not isinstance(values[key], int) or values[key] < 1:
-                raise ValueError(f"speculative: {key}: expected int >= 1, got {values[key]!r}")
-        if values["posterior_alpha"] is None:
-            values["posterior_alpha"] = _number(values, "posterior_threshold", 0.0, 1.0) ** 0.5
-        _number(values, "posterior_threshold", 0.0, 1.0)
-        _number(values, "posterior_alpha", 0.0, math.inf)
-        _number(values, "temperature", 0.0, math.inf)
-        if not isinstance(values["use_cache"], bool):
-            raise ValueError(f"speculative: use_cache: expected true or false, got {values['use_cache']!r}")
-        return cls(**values)
-
-
-def _number(values: Mapping[str, Any], key: str, low: float, high: float) -> float:
-    value = values[key]
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
-        raise ValueError(f"speculative: {key}: expected a number in [{low}, {high}], got {value!r}")
-    return float(value)
-
 
 def accepted_lengths(logits: torch.Tensor, proposals: torch.Tensor, cfg: SpecConfig) -> torch.Tensor:
     """How many leading proposals each row keeps: ``logits`` (rows, γ+1, vocab), ``proposals`` (rows, γ)."""
@@ -113,17 +62,11 @@ def accepted_lengths(logits: torch.Tensor, proposals: torch.Tensor, cfg: SpecCon
     return keep.long().cumprod(-1).sum(-1)
 
 
-class SpeculativeEngine:
+class SpeculativeEngine(SpeculativeSpec):
     """``SpeculativeEngine(target=PATH, draft=PATH, device="auto", dtype="auto", threads=None)``;
     the models default to the embedded ``ar-target`` and ``ar-draft``, which must share one
-    tokenizer. ``threads`` sets torch's intra-op threads (see ``autoregressive.set_threads``)."""
-
-    name = "speculative"
-
-    @classmethod
-    def check_config(cls, params: Mapping[str, Any]) -> None:
-        """Check a config's parameters without a model: the gate calls it while preparing a grid."""
-        SpecConfig.from_params(params)
+    tokenizer. ``threads`` sets torch's intra-op threads (see ``autoregressive.set_threads``).
+    Its name, config and model-free methods are in ``autoregressive_spec.SpeculativeSpec``."""
 
     def __init__(
         self,
@@ -147,32 +90,16 @@ class SpeculativeEngine:
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else min(self.eos)
         self._fingerprint: str | None = None
 
-    @staticmethod
-    def check_engine_args(engine_args: Mapping[str, Any]) -> None:
-        """The gate's model-free check at prepare time: see :func:`check_tokenizer_files`."""
-        check_tokenizer_files(engine_args)
-
     # -- protocol ---------------------------------------------------------------------------
 
     def fingerprint(self) -> str:
         if self._fingerprint is None:
-            self._fingerprint = modeling.fingerprint(self.target_path, self.draft_path)
+            self._fingerprint = runtime.fingerprint(self.target_path, self.draft_path)
         return self._fingerprint
 
     def describe(self) -> dict[str, str]:
-        return modeling.describe(
+        return runtime.describe(
             self.name, self.device, self.dtype, target=self.target_path, draft=self.draft_path, quantization="none"
-        )
-
-    @classmethod
-    def identity(cls, engine_args: Mapping[str, Any], cache_dir: str | Path | None = None) -> dict[str, Any]:
-        """Model-free: what ``fingerprint()`` and ``describe()`` return once built (a warm rerun's
-        key); weight hashes are cached in ``cache_dir``."""
-        args = modeling.engine_arguments(cls, engine_args, cache_dir)
-        target = Path(args["target"]) if args["target"] is not None else AR_TARGET
-        draft = Path(args["draft"]) if args["draft"] is not None else AR_DRAFT
-        return modeling.identity(
-            cls.name, args["device"], args["dtype"], [target, draft], target=target, draft=draft, quantization="none"
         )
 
     def generate(self, prompts: Sequence[Prompt], config: Mapping[str, Any]) -> list[Generation]:
@@ -225,28 +152,3 @@ class SpeculativeEngine:
 
     def _generation(self, req: Request) -> Generation:
         return generation(req, {key: float(req.counts.get(key, 0)) for key in ("draft_forwards", "proposed_draft_tokens", "accepted_draft_tokens")})
-
-
-def check_tokenizer_files(engine_args: Mapping[str, Any]) -> None:
-    """Model-free, while the gate prepares a grid: the draft must tokenize as the target does,
-    read from their tokenizer files (no model loads). Vocabulary sizes may differ by embedding
-    padding only; the engine never picks a padding id (``autoregressive.only_tokens``)."""
-    from transformers import AutoTokenizer
-
-    paths = {key: Path(engine_args[key]) if engine_args.get(key) is not None else default
-             for key, default in (("target", AR_TARGET), ("draft", AR_DRAFT))}
-    trust = bool(engine_args.get("trust_remote_code", False))
-    tokenizers = {key: AutoTokenizer.from_pretrained(path, local_files_only=True, trust_remote_code=trust) for key, path in paths.items()}
-    check_same_tokenizer(tokenizers["target"], tokenizers["draft"], paths["target"], paths["draft"])
-
-
-def check_same_tokenizer(target, draft, target_path: Path, draft_path: Path) -> None:
-    """Raise ValueError unless the draft and the target tokenize alike (same vocabulary and specials)."""
-    where = f"speculative: engine_args.draft: the draft's tokenizer ({draft_path}) differs from the target's ({target_path})"
-    t_vocab, d_vocab = target.get_vocab(), draft.get_vocab()
-    for token in sorted(set(t_vocab) | set(d_vocab)):
-        if t_vocab.get(token) != d_vocab.get(token):
-            raise ValueError(f"{where}: token {token!r} has id {t_vocab.get(token)} in the target, {d_vocab.get(token)} in the draft")
-    for special in ("eos_token_id", "pad_token_id", "bos_token_id"):
-        if getattr(target, special) != getattr(draft, special):
-            raise ValueError(f"{where}: {special} is {getattr(target, special)} in the target, {getattr(draft, special)} in the draft")

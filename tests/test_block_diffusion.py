@@ -11,9 +11,10 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-from pytest_redline.engines import modeling
+from pytest_redline.engines import modeling, runtime
 from pytest_redline.engines.base import Engine
-from pytest_redline.engines.block_diffusion import DEFAULTS, BlockDiffusionEngine, BlockLifecycle
+from pytest_redline.engines.block_diffusion import BlockDiffusionEngine, BlockLifecycle
+from pytest_redline.engines.diffusion_spec import DEFAULTS
 from pytest_redline.engines.blockbatch import BlockBatchEngine
 from pytest_redline.engines.flowblock import FlowBlockEngine
 from pytest_redline.engines.modeling import block_causal_mask
@@ -208,7 +209,7 @@ def test_protocol_describe_fingerprint(embedded):
     assert isinstance(embedded, Engine)
     info = embedded.describe()
     assert {"device", "dtype", "torch", "model"} <= set(info) and info["dtype"] == "float32"
-    assert embedded.fingerprint() == modeling.fingerprint(modeling.EMBEDDED_MODEL)
+    assert embedded.fingerprint() == runtime.fingerprint(runtime.EMBEDDED_MODEL)
 
 
 @pytest.mark.parametrize(

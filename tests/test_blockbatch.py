@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from pytest_redline.engines.base import Engine
-from pytest_redline.engines.block_diffusion import BlockDiffusionEngine, DecodeConfig
-from pytest_redline.engines.blockbatch import BatchConfig, BlockBatchEngine, Branch, Request
-from pytest_redline.engines import modeling
+from pytest_redline.engines.blockbatch import BlockBatchEngine, Branch, Request
+from pytest_redline.engines.diffusion_spec import BatchConfig, DecodeConfig
+from pytest_redline.engines import runtime
 from pytest_redline.engines.modeling import block_mask
 from pytest_redline import registry
 from pytest_redline.grid import load_grid
@@ -279,7 +279,7 @@ def test_grid_reference_is_multi_block_default_and_configs_valid():
 def test_gate_runs_a_blockbatch_grid_end_to_end(pytester, run_gate):
     """Through the entry point, with a block_diffusion reference; selection mode exits 0 whatever
     the embedded checkpoint's accuracy."""
-    pytester.makefile(".yaml", bb=GATE_GRID.format(model=modeling.EMBEDDED_MODEL))
+    pytester.makefile(".yaml", bb=GATE_GRID.format(model=runtime.EMBEDDED_MODEL))
     result = run_gate("--redline-alpha=0.1", "--redline-grid", "bb.yaml", "--redline-full")
     assert result.ret == 0
     result.stdout.fnmatch_lines(["*n=32 prompts, m=2 configs, cost tpf*", "R* multi *32 *", "* bs4-8 *32 *", "*CERTIFIED (blockbatch-tiny, select)*"])

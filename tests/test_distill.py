@@ -12,7 +12,7 @@ from hypothesis import given, settings, strategies as st
 
 from pytest_redline.engines import distill, train
 from pytest_redline.engines.base import Generation
-from pytest_redline.engines.block_diffusion import DecodeConfig
+from pytest_redline.engines.diffusion_spec import DecodeConfig
 from pytest_redline.grid import load_grid
 from pytest_redline.suites.arithmetic import Problem, split_of
 
@@ -130,9 +130,9 @@ def test_roundtrip_distill_folder(tmp_path, monkeypatch):
     hash, the decode config and the data."""
     from transformers import AutoModelForCausalLM
 
-    from pytest_redline.engines import modeling
+    from pytest_redline.engines import runtime
 
-    teacher = modeling.EMBEDDED_MODEL
+    teacher = runtime.EMBEDDED_MODEL
     monkeypatch.chdir(tmp_path)
     threads = torch.get_num_threads()
     (tmp_path / "g.yaml").write_text(
@@ -152,7 +152,7 @@ def test_roundtrip_distill_folder(tmp_path, monkeypatch):
         assert hashlib.sha256((out / name).read_bytes()).hexdigest() == digest
     saved = json.loads((out / "training.json").read_text())
     assert saved["distillation"] == json.loads(json.dumps(record))
-    assert record["teacher"]["weights_sha256"] == modeling.fingerprint(teacher)
+    assert record["teacher"]["weights_sha256"] == runtime.fingerprint(teacher)
     assert record["decode"]["config"] == "fast" and record["decode"]["params"]["accept_threshold"] == 0.5
     assert record["data"]["decoded"] == 8 and record["data"]["kept"] == record["data"]["correct"] > 0
     assert saved["step"] == 2 and saved["config"]["block_sizes"] == [8]

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from pytest_redline.engines.base import Engine
-from pytest_redline.engines.block_diffusion import DecodeConfig
-from pytest_redline.engines.flowblock import DEFAULTS, FlowBlockEngine, FlowConfig
+from pytest_redline.engines.diffusion_spec import FLOW_DEFAULTS as DEFAULTS, DecodeConfig, FlowConfig
+from pytest_redline.engines.flowblock import FlowBlockEngine
 from pytest_redline import registry
 from pytest_redline.grid import load_grid
 from pytest_redline.suites.arithmetic import ArithmeticSuite

@@ -166,9 +166,7 @@ def test_error_for_missing_input_path(tmp_path: Path) -> None:
 def test_valid_mixed_grid_configs_for_their_engines() -> None:
     """grids/mixed.yaml: the multi-block defaults as the reference, candidates of all three
     block-diffusion engines, each config valid for its own engine (parsing only: no model loads)."""
-    from pytest_redline.engines.block_diffusion import DecodeConfig
-    from pytest_redline.engines.blockbatch import BatchConfig
-    from pytest_redline.engines.flowblock import FlowConfig
+    from pytest_redline.engines.diffusion_spec import BatchConfig, DecodeConfig, FlowConfig
 
     checks = {"block_diffusion": DecodeConfig, "flowblock": FlowConfig, "blockbatch": BatchConfig}
     grid = load_grid(Path(__file__).resolve().parent.parent / "grids" / "mixed.yaml")

@@ -4,7 +4,7 @@ import hashlib
 import pytest
 import torch
 
-from pytest_redline.engines import modeling
+from pytest_redline.engines import modeling, runtime
 from pytest_redline.engines.modeling import ModelConfig, block_causal_mask, build_model, two_copy_mask
 from pytest_redline.engines.tokenizer import build_tokenizer
 from pytest_redline.engines.train import TrainConfig, train
@@ -90,9 +90,9 @@ def test_roundtrip_save_load_keeps_weights_exactly_and_logits_closely(tiny):
 def test_fingerprint_is_sha256_of_weights(tiny, tmp_path):
     _, folder = tiny
     digest = hashlib.sha256(b"model.safetensors" + (folder / "model.safetensors").read_bytes()).hexdigest()
-    assert modeling.fingerprint(folder) == digest
+    assert runtime.fingerprint(folder) == digest
     with pytest.raises(FileNotFoundError, match="no weight files"):
-        modeling.fingerprint(tmp_path)
+        runtime.fingerprint(tmp_path)
 
 
 def test_auto_device_dtype_selection():

@@ -8,8 +8,9 @@ import pytest
 import torch
 
 from pytest_redline.engines import memory
-from pytest_redline.engines.autoregressive import AR_TARGET
-from pytest_redline.engines.quantized import MODES, QuantizedEngine, check_config
+from pytest_redline.engines.runtime import AR_TARGET
+from pytest_redline.engines.autoregressive_spec import MODES, quantized_config as check_config
+from pytest_redline.engines.quantized import QuantizedEngine
 from pytest_redline.suites.arithmetic import ArithmeticSuite
 
 pytest_plugins = ["pytester"]

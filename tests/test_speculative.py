@@ -15,8 +15,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from compact_row_cache import CompactRowCache
-from pytest_redline.engines.autoregressive import AR_DRAFT, AR_TARGET, RowCache, encode, greedy
-from pytest_redline.engines.speculative import DEFAULTS, SpecConfig, SpeculativeEngine, accepted_lengths
+from pytest_redline.engines.autoregressive import RowCache, encode, greedy
+from pytest_redline.engines.runtime import AR_DRAFT, AR_TARGET
+from pytest_redline.engines.autoregressive_spec import SPEC_DEFAULTS as DEFAULTS, SpecConfig
+from pytest_redline.engines.speculative import SpeculativeEngine, accepted_lengths
 from pytest_redline.suites.arithmetic import ArithmeticSuite
 
 pytest_plugins = ["pytester"]

@@ -248,7 +248,7 @@ def test_model_free_identity_is_what_the_built_engine_reports(name: str, tmp_pat
 
 
 def test_weight_hashes_are_cached_by_path_size_and_mtime(tmp_path: Path) -> None:
-    from pytest_redline.engines.modeling import WeightHashes
+    from pytest_redline.engines.runtime import WeightHashes
 
     folder = tmp_path / "ckpt"
     folder.mkdir()
@@ -276,7 +276,7 @@ def test_warm_rerun_builds_no_engine_and_decodes_nothing(pytester, run_gate, mon
     from test_speculative import GATE_GRID  # a speculative grid of 32 prompts, two configs
 
     from pytest_redline.engines import modeling
-    from pytest_redline.engines.autoregressive import AR_DRAFT, AR_TARGET
+    from pytest_redline.engines.runtime import AR_DRAFT, AR_TARGET
 
     pytester.makefile(".yaml", warm=GATE_GRID.format(target=AR_TARGET, draft=AR_DRAFT))
     args = ("--redline-alpha=0.1", "--redline-grid", "warm.yaml", "--redline-cache-dir", "cache")

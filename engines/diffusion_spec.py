@@ -1,0 +1,182 @@
+"""The model-free half of the block-diffusion engines (multi-block, FlowBlock, BlockBatch):
+their configs' parameters and defaults, constructor arguments, checkpoint check and identity.
+Imports no torch (see ``spec``); the engines live in block_diffusion.py, flowblock.py and
+blockbatch.py and derive from these specs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from pytest_redline.engines import checkpoints, runtime
+from pytest_redline.engines.spec import EngineSpec, check_params, with_defaults
+
+SCHEDULES = ("diffulex", "eager")
+
+DEFAULTS: dict[str, Any] = {
+    "block_size": 8,
+    "buffer_size": 2,
+    "accept_threshold": 0.95,
+    "semi_complete_threshold": 0.90,
+    "add_block_threshold": 0.10,
+    "skip_masked_blocks": False,
+    "schedule": "diffulex",  # or "eager": this engine's earlier, cheaper rules (see the docstring)
+    "max_new_tokens": 96,
+    "use_cache": True,  # False recomputes the whole prefix every step: the reference for tests
+}
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    block_size: int
+    buffer_size: int
+    accept_threshold: float
+    semi_complete_threshold: float
+    add_block_threshold: float
+    skip_masked_blocks: bool
+    schedule: str
+    max_new_tokens: int
+    use_cache: bool
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any]) -> "DecodeConfig":
+        values = with_defaults("block_diffusion", params, DEFAULTS)
+        check_params(
+            "block_diffusion", values,
+            ints={"block_size": 1, "buffer_size": 1, "max_new_tokens": 1},
+            numbers=("accept_threshold", "semi_complete_threshold", "add_block_threshold"),
+            flags=("skip_masked_blocks", "use_cache"),
+        )
+        if values["schedule"] not in SCHEDULES:
+            raise ValueError(f"block_diffusion: schedule: expected one of {', '.join(SCHEDULES)}, got {values['schedule']!r}")
+        return cls(**values)
+
+
+FLOW_DEFAULTS: dict[str, Any] = {
+    "block_size": 8,
+    "window": 3,  # at most this many active blocks; 1 = one block at a time (LLaDA2.1)
+    "accept_threshold": 0.95,  # commit a masked position above this; also the readiness cut
+    # Admit the next block when the frontier's readiness reaches this. Not 0.9: a frontier with m
+    # <= 9 masked positions has rho >= 0.9 only when all m pass (rho = 1), so with blocks of 8 and
+    # no editing 0.9 admits a block only once its predecessor is complete: serial decoding.
+    "spawn_threshold": 0.50,
+    "edit_threshold": 0.90,  # replace a filled token whose rival top-1 is above this; >= 1: no editing
+    "max_post_steps": 16,  # check forwards per block after its masks are filled (LLaDA2.1's cap)
+    "max_new_tokens": 96,
+    "use_cache": True,  # False recomputes the whole prefix every step: the reference for tests
+}
+
+
+@dataclass(frozen=True)
+class FlowConfig:
+    block_size: int
+    window: int
+    accept_threshold: float
+    spawn_threshold: float
+    edit_threshold: float
+    max_post_steps: int
+    max_new_tokens: int
+    use_cache: bool
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any]) -> "FlowConfig":
+        values = with_defaults("flowblock", params, FLOW_DEFAULTS)
+        check_params(
+            "flowblock", values,
+            ints={"block_size": 1, "window": 1, "max_new_tokens": 1, "max_post_steps": 0},
+            numbers=("accept_threshold", "spawn_threshold", "edit_threshold"),
+            flags=("use_cache",),
+        )
+        return cls(**values)
+
+    @property
+    def editing(self) -> bool:
+        return self.edit_threshold < 1
+
+    @property
+    def buffer_size(self) -> int:
+        """The multi-block engine's name for the blocks in flight at most (its ``new_request`` reads it)."""
+        return self.window
+
+
+BATCH_DEFAULTS: dict[str, Any] = {
+    "block_sizes": [4, 8, 16],  # one branch each (the paper evaluates 4-8-16-32-64)
+    "accept_threshold": 0.9,  # per-branch commit: top-1 probability above this, else the top-1
+    "proposal_threshold": 0.1,  # a branch proposes, at a position it read, every token above this
+    "merge_threshold": 0.5,  # a destination takes a merged token only above this probability
+    "sync_lag": 8,  # a branch more than this many positions behind the leader copies it
+    "refresh_interval": 0,  # leader positions between full cache refreshes; 0: never (paper: 32)
+    "max_new_tokens": 96,
+}
+
+
+@dataclass(frozen=True)
+class BatchConfig:
+    block_sizes: tuple[int, ...]
+    accept_threshold: float
+    proposal_threshold: float
+    merge_threshold: float
+    sync_lag: int
+    refresh_interval: int
+    max_new_tokens: int
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any]) -> "BatchConfig":
+        values = with_defaults("blockbatch", params, BATCH_DEFAULTS)
+        sizes = values["block_sizes"]
+        if (
+            not isinstance(sizes, (list, tuple)) or not sizes or len(set(sizes)) != len(sizes)
+            or any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in sizes)
+        ):
+            raise ValueError(f"blockbatch: block_sizes: expected a non-empty list of distinct ints >= 1, got {sizes!r}")
+        check_params(
+            "blockbatch", values,
+            ints={"sync_lag": 0, "refresh_interval": 0, "max_new_tokens": 1},
+            numbers=("accept_threshold", "proposal_threshold", "merge_threshold"),
+        )
+        return cls(**{**values, "block_sizes": tuple(sizes)})
+
+
+class BlockDiffusionSpec(EngineSpec):
+    """``BlockDiffusionEngine(model=PATH, device="auto", dtype="auto", mask_token_id=None,
+    trust_remote_code=False, trace=None, threads=None)``; the model defaults to the embedded bd-tiny."""
+
+    name = "block_diffusion"
+    engine = "pytest_redline.engines.block_diffusion:BlockDiffusionEngine"
+    rules = "2: diffulex multi_bd"  # enters the outcome key (describe): bump when decoding rules change
+    Config = DecodeConfig
+    engine_args = {"model": None, "device": "auto", "dtype": "auto", "mask_token_id": None,
+                   "trust_remote_code": False, "trace": None, "threads": None}
+
+    @classmethod
+    def identity(cls, engine_args: Mapping[str, Any], cache_dir: str | Path | None = None) -> dict[str, Any]:
+        """Model-free: what ``fingerprint()`` and ``describe()`` return once built, so that a
+        warm rerun keys its outcomes without loading the model (tests/test_store.py checks both);
+        weight hashes are cached in ``cache_dir`` (``runtime.WeightHashes``)."""
+        args = cls.arguments(engine_args, cache_dir)
+        path = Path(args["model"]) if args["model"] is not None else runtime.EMBEDDED_MODEL
+        declared = checkpoints.inspect(path, args["mask_token_id"]).describe()
+        return runtime.identity(cls.name, args["device"], args["dtype"], [path], model=path, rules=cls.rules, **declared)
+
+    @staticmethod
+    def check_engine_args(engine_args: Mapping[str, Any]) -> dict[str, str] | None:
+        """The model-free checkpoint check (family, block size, mask token): the gate calls it
+        while preparing a grid; a ``checkpoints.CheckpointError`` names the file and the field.
+        Returns what the checkpoint declares (None for the embedded model)."""
+        checkpoint = checkpoints.check_engine_args(engine_args)
+        return None if checkpoint is None else checkpoint.describe()
+
+
+class FlowBlockSpec(BlockDiffusionSpec):
+    name = "flowblock"
+    engine = "pytest_redline.engines.flowblock:FlowBlockEngine"
+    rules = "2: LLaDA2.1 editing, post-step cap"
+    Config = FlowConfig
+
+
+class BlockBatchSpec(BlockDiffusionSpec):
+    name = "blockbatch"
+    engine = "pytest_redline.engines.blockbatch:BlockBatchEngine"
+    rules = "2: paper merges, best-EOS winner, re-committing refresh"
+    Config = BatchConfig

@@ -1,0 +1,95 @@
+"""The model-free half of our engines (engines/spec.py): the entry points name specs that import
+no torch, each spec agrees with the engine class it builds, and a warm rerun of a grid whose
+outcomes are all stored imports neither torch nor transformers."""
+import inspect
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from pytest_redline import registry
+from pytest_redline.engines.spec import EngineSpec
+
+ROOT = Path(__file__).resolve().parent.parent
+SPECS = [name for name in registry.known(registry.ENGINES) if isinstance(registry.factory(registry.ENGINES, name), type)
+         and issubclass(registry.factory(registry.ENGINES, name), EngineSpec)]
+
+
+def test_every_model_engine_registers_a_spec():
+    assert set(SPECS) == {"block_diffusion", "flowblock", "blockbatch", "speculative", "quantized"}
+
+
+@pytest.mark.parametrize("name", SPECS)
+def test_spec_agrees_with_engine_class(name: str):
+    spec = registry.factory(registry.ENGINES, name)
+    engine = type(spec.__new__(spec))  # what calling the spec builds, not initialised (no model loads)
+    assert engine is not spec and issubclass(engine, spec)
+    assert engine.name == spec.name == name
+    assert engine.Config is spec.Config and getattr(engine, "rules", None) == getattr(spec, "rules", None)
+    parameters = inspect.signature(engine).parameters
+    assert {key: p.default for key, p in parameters.items()} == dict(spec.engine_args)
+
+
+@pytest.mark.parametrize("name", SPECS)
+def test_unknown_engine_argument_is_refused_by_spec(name: str):
+    spec = registry.factory(registry.ENGINES, name)
+    with pytest.raises(TypeError, match="'modle'"):
+        spec.identity({"modle": "x"})
+
+
+def test_no_torch_for_specs_in_fresh_process():
+    code = textwrap.dedent("""
+        import sys
+        from pytest_redline import registry
+        for name in registry.known(registry.ENGINES):
+            spec = registry.factory(registry.ENGINES, name)
+            if hasattr(spec, "identity") and name in ("block_diffusion", "flowblock", "blockbatch", "speculative", "quantized"):
+                spec.check_config({})
+                spec.identity({}) if name != "speculative" else spec.check_engine_args({})
+        print(sorted(m for m in ("torch", "transformers") if m in sys.modules))
+    """)
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["[]"]
+
+
+GRID = """\
+name: warm
+suite: arithmetic
+suite_args: {{split: calibration, n: 24, seed: 0}}
+engine: block_diffusion
+engine_args: {{device: auto, dtype: auto, threads: 1}}
+reference: ref
+configs:
+  ref: {{}}
+  fast: {{accept_threshold: 0.7, max_new_tokens: 24}}
+deploy: fastest
+batch_size: 24
+"""
+PROBE = ("import sys, pytest; rc = pytest.main(sys.argv[1:]); "
+         "print('IMPORTED', sorted(m for m in ('torch', 'transformers') if m in sys.modules)); sys.exit(rc)")
+
+
+def test_warm_rerun_imports_no_torch_or_transformers(tmp_path: Path):
+    """Run from the repository root, as `pytest --redline-alpha=...` is: the root conftest is loaded."""
+    grid = tmp_path / "warm.yaml"
+    grid.write_text(GRID.format())
+    args = ["-q", "-p", "no:cacheprovider", "--redline-alpha=0.3", f"--redline-grid={grid}", f"--redline-cache-dir={tmp_path / 'store'}"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+
+    def gate(report: str) -> tuple[str, dict]:
+        run = subprocess.run([sys.executable, "-c", PROBE, *args, f"--redline-report={tmp_path / report}"],
+                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+        assert run.returncode in (0, 1), run.stdout[-2000:] + run.stderr[-2000:]
+        line = next(line for line in run.stdout.splitlines() if line.startswith("IMPORTED"))
+        return line, json.loads((tmp_path / report).read_text())
+
+    cold_imports, cold = gate("cold.json")
+    assert "'torch'" in cold_imports  # the cold run decoded
+    warm_imports, warm = gate("warm.json")
+    assert warm["outcomes"]["decoded"] == 0 and warm["outcomes"]["reused"] == cold["outcomes"]["decoded"] > 0
+    assert warm_imports == "IMPORTED []"
