@@ -232,7 +232,8 @@ def test_counts_match_model_calls(embedded):
 def test_protocol_name_and_entry_point(embedded):
     assert isinstance(embedded, Engine)
     assert embedded.describe()["engine"] == "flowblock"
-    assert registry.factory(registry.ENGINES, "flowblock") is FlowBlockEngine
+    spec = registry.factory(registry.ENGINES, "flowblock")  # the model-free spec; calling it builds FlowBlockEngine
+    assert issubclass(FlowBlockEngine, spec) and type(spec.__new__(spec)) is FlowBlockEngine
 
 
 def test_valid_example_grid():
