@@ -93,3 +93,25 @@ def test_warm_rerun_imports_no_torch_or_transformers(tmp_path: Path):
     warm_imports, warm = gate("warm.json")
     assert warm["outcomes"]["decoded"] == 0 and warm["outcomes"]["reused"] == cold["outcomes"]["decoded"] > 0
     assert warm_imports == "IMPORTED []"
+
+
+@pytest.mark.parametrize("gpu_node", [False, True], ids=["no-gpu-driver", "gpu-driver-node"])
+@pytest.mark.parametrize("device", ["cpu", "auto"])
+@pytest.mark.parametrize("dtype", ["auto", "float32", "float64", "bfloat16", "float16", "half"])
+def test_model_free_device_and_dtype_are_what_loading_picks(device: str, dtype: str, gpu_node: bool, monkeypatch, tmp_path: Path):
+    """runtime's names equal what modeling.load would pick; with a GPU driver node present
+    (faked here) the decision goes to torch, which on this machine still finds no GPU."""
+    from pytest_redline.engines import modeling, runtime
+
+    if gpu_node:
+        monkeypatch.setattr(runtime, "GPU_NODES", (str(tmp_path),))
+    loaded = modeling.loaded_device(device)
+    assert runtime.device_name(device) == str(loaded)
+    assert runtime.dtype_name(dtype, runtime.device_name(device)) == str(modeling.select_dtype(dtype, loaded)).removeprefix("torch.")
+
+
+def test_unknown_dtype_is_refused_without_a_model():
+    from pytest_redline.engines import runtime
+
+    with pytest.raises(ValueError, match="engine_args.dtype: expected auto, float32"):
+        runtime.dtype_name("int8", "cpu")
