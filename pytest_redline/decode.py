@@ -149,6 +149,22 @@ class Decoder:
             self._get(config, self._batches_of([index]))  # not planned (no collection hook ran)
         return self._result(config, index)
 
+    def ready(self, config: str, index: int) -> bool:
+        """Whether :meth:`outcome` would answer from memory: an outcome decoded or loaded
+        earlier in this session, or a skip the schedule already decided. False when it would
+        read the store, run the engine (or the replay of a skipped prompt) or raise an error."""
+        if config in self._config_errors or (config, index) in self._errors:
+            return False
+        if config != self.cal.reference and self.scheduled:
+            if not self._runs:
+                return False
+            run = self._runs[config]
+            if run is not None:
+                if index not in self._ran[config]:
+                    return not self.cal.replayed or config in self._recorded
+                return index in self._outcomes[config]
+        return config in self._started and index in self._outcomes[config]
+
     @property
     def scheduled(self) -> bool:
         """Whether candidates follow the schedule: not --redline-full, and every item selected."""

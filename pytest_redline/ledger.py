@@ -120,6 +120,8 @@ class Ledger:
 
     def record(self, report: Any) -> None:
         """Take one test report (any phase); reports of other tests are ignored."""
+        if report.passed and report.when != "call":  # a passed setup or teardown says nothing
+            return
         record = ItemRecord.from_properties(report.user_properties)
         if record is None or record.grid not in self._cals:
             return

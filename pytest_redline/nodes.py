@@ -71,6 +71,12 @@ class PromptItem(pytest.Item):
     def is_reference(self) -> bool:
         return self.config_name == self.cal.reference
 
+    def settled(self) -> bool:
+        """Whether both outcomes this item needs are known without decoding (from earlier
+        items, or a skip the schedule decided): then it may run by the short protocol."""
+        decoder = self.gate.decoder(self.cal)
+        return decoder.ready(self.cal.reference, self.index) and decoder.ready(self.config_name, self.index)
+
     def setup(self) -> None:
         decoder = self.gate.decoder(self.cal)
         try:
@@ -89,14 +95,14 @@ class PromptItem(pytest.Item):
 
     def runtest(self) -> None:
         out, ref = self.candidate_outcome, self.reference_outcome
-        record = self.record.with_outcome(out, "decoded" if out.session == self.gate.session_id else "store")
-        if not self.is_reference:
-            regressed = bool(ref.correct and not out.correct)
-            record = dataclasses.replace(record, regression=regressed)
-            if regressed:
-                record = dataclasses.replace(record, reference_answer=ref.text, candidate_answer=out.text,
-                                             reference_extracted=ref.answer, reference_rule=ref.rule or None)
-        self._publish(record)
+        source = "decoded" if out.session == self.gate.session_id else "store"
+        if self.is_reference:
+            self._publish(self.record.with_outcome(out, source))
+        elif ref.correct and not out.correct:  # a regression: both answers
+            self._publish(self.record.with_outcome(out, source, regression=True, reference_answer=ref.text, candidate_answer=out.text,
+                                                   reference_extracted=ref.answer, reference_rule=ref.rule or None))
+        else:
+            self._publish(self.record.with_outcome(out, source, regression=False))
 
     def reportinfo(self):
         return self.path, None, f"redline {self.cal.grid.name}: {self.config_name} on {self.name}"

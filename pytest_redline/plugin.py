@@ -13,6 +13,7 @@ import pytest
 from pytest_redline.options import add_options
 
 if TYPE_CHECKING:
+    from pytest_redline.protocol import ShortProtocol
     from pytest_redline.session import Gate
 
 GATE = pytest.StashKey["Gate"]()
@@ -25,12 +26,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     if config.getoption("redline_alpha") is None:
         return
+    from pytest_redline.protocol import ShortProtocol
     from pytest_redline.session import Gate
 
     gate = Gate.start(config)  # a bad grid, option or store is a UsageError here: exit 4
     config.stash[GATE] = gate
     worker = hasattr(config, "workerinput")
-    config.pluginmanager.register(GateHooks(gate, worker), "redline-gate")
+    config.pluginmanager.register(GateHooks(gate, worker, ShortProtocol(config)), "redline-gate")
     if config.pluginmanager.hasplugin("xdist") and not worker:
         config.pluginmanager.register(XdistHooks(gate), "redline-xdist")
     if config.pluginmanager.hasplugin("html") and not worker:
@@ -47,8 +49,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 class GateHooks:
     """The gate's hooks, in the controller (or a serial session) and in xdist workers."""
 
-    def __init__(self, gate: "Gate", worker: bool) -> None:
-        self.gate, self.worker = gate, worker
+    def __init__(self, gate: "Gate", worker: bool, short: "ShortProtocol") -> None:
+        self.gate, self.worker, self.short = gate, worker, short
 
     def pytest_collect_file(self, file_path, parent):
         if self.gate.is_grid(file_path):
@@ -66,6 +68,17 @@ class GateHooks:
         from pytest_redline.nodes import prompt_keys
 
         self.gate.plan(prompt_keys(session.items))
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None):
+        """A grid item whose outcomes are settled runs by the short protocol (protocol.py)."""
+        from pytest_redline.nodes import PromptItem
+        from pytest_redline.protocol import run_settled
+
+        if not (isinstance(item, PromptItem) and item.settled() and self.short.applies(item)):
+            return None
+        run_settled(item, nextitem, self.short.reraise)
+        return True
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if not self.worker:

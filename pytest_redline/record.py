@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections import abc
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, NamedTuple
 
@@ -36,7 +37,7 @@ class PromptKey(NamedTuple):
     index: int
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, slots=True)
 class ItemRecord:
     """One item's identity and what it produced, as its reports carry it.
 
@@ -82,8 +83,9 @@ class ItemRecord:
     def has_outcome(self) -> bool:
         return self.correct is not None
 
-    def with_outcome(self, outcome: Any, source: str) -> "ItemRecord":
-        """This record with a decoded or stored outcome (a :class:`~pytest_redline.store.StoredOutcome`)."""
+    def with_outcome(self, outcome: Any, source: str, **fields: Any) -> "ItemRecord":
+        """This record with a decoded or stored outcome (a :class:`~pytest_redline.store.StoredOutcome`)
+        and any other ``fields`` set, in one copy."""
         return dataclasses.replace(
             self,
             correct=bool(outcome.correct),
@@ -93,6 +95,7 @@ class ItemRecord:
             source=source,
             answer=getattr(outcome, "answer", None),
             rule=getattr(outcome, "rule", None) or None,
+            **fields,
         )
 
     def regression_detail(self) -> dict[str, str]:
@@ -112,15 +115,15 @@ class ItemRecord:
         """``(name, value)`` pairs for ``item.user_properties``: every field that is not
         None, in field order; a NaN cost is written as None."""
         pairs = []
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
+        for name in FIELDS:
+            value = getattr(self, name)
             if value is None:
                 continue
             if isinstance(value, float) and math.isnan(value):
                 value = None
-            elif isinstance(value, Mapping):
+            elif isinstance(value, (dict, abc.Mapping)):  # not typing.Mapping: its isinstance is slow
                 value = dict(value)
-            pairs.append((f.name, value))
+            pairs.append((name, value))
         return pairs
 
     @classmethod
@@ -131,10 +134,10 @@ class ItemRecord:
         if not all(isinstance(found.get(name), str) for name in IDENTITY):
             return None
         values = {}
-        for f in dataclasses.fields(cls):
-            if f.name in found:
-                read = _READ.get(f.name)
-                values[f.name] = read(found[f.name]) if read else found[f.name]
+        for name, value in found.items():
+            if name in _FIELD_SET:
+                read = _READ.get(name)
+                values[name] = read(value) if read else value
         return cls(**values)
 
     @classmethod
@@ -145,18 +148,19 @@ class ItemRecord:
 
 #: The fields every item publishes from collection on.
 IDENTITY = ("grid", "config", "prompt")
+FIELDS = tuple(f.name for f in dataclasses.fields(ItemRecord))
+_FIELD_SET = frozenset(FIELDS)
 
 
 def publish(user_properties: list[tuple[str, Any]], record: ItemRecord) -> None:
     """Put ``record`` into ``user_properties`` in place, replacing the pairs of an earlier
     record and keeping other plugins' pairs."""
-    names = {f.name for f in dataclasses.fields(ItemRecord)}
-    user_properties[:] = [p for p in user_properties if p[0] not in names] + record.to_properties()
+    user_properties[:] = [p for p in user_properties if p[0] not in _FIELD_SET] + record.to_properties()
 
 
 def is_regression(report: Any) -> bool:
     """A passed call whose item regressed (reference right, candidate wrong)."""
-    if report.when != "call" or not report.passed:
+    if report.when != "call" or not report.passed or not any(k == "regression" and v for k, v in report.user_properties):
         return False
     record = ItemRecord.from_properties(report.user_properties)
     return record is not None and bool(record.regression)
