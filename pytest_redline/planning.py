@@ -102,13 +102,25 @@ def prompts_needed(alpha: float, true_risk: float, m: int, delta: float = 0.10, 
 @functools.lru_cache(maxsize=256)
 def _prompts_needed(alpha: float, true_risk: float, level: float, target: float) -> int:
     """The scan of :func:`prompts_needed` on checked arguments, remembered (a session's
-    report and summary ask the same question for each config)."""
-    lo, hi, last_fail = 1, max(64, int(2 * _normal_n(alpha, true_risk, level, target)) + 64), 0
-    while True:  # each pass scans only the n the previous one did not
-        n = np.arange(lo, hi + 1, dtype=np.int64)
-        failing = np.flatnonzero(_power(n, alpha, true_risk, level) < target)
-        if failing.size:
-            last_fail = int(n[failing[-1]])
-        if 2 * last_fail < hi:
-            return last_fail + 1
-        lo, hi = hi + 1, hi * 2
+    report and summary ask the same question for each config).
+
+    ``last_fail`` is the largest failing n in [1, hi]. It is found scanning down from hi in
+    chunks, stopping at the first chunk with a failing n (so about the n above the answer
+    are evaluated, not all n); each doubling of hi then scans only the new n."""
+    hi = max(64, int(2 * _normal_n(alpha, true_risk, level, target)) + 64)
+    below, chunk = hi + 1, max(64, hi // 8)  # [below, hi] scanned: no failing n there
+    last_fail = _last_failing(below - chunk, below - 1, alpha, true_risk, level, target)
+    while last_fail == 0 and below > 1:
+        below = max(1, below - chunk)
+        last_fail = _last_failing(max(1, below - chunk), below - 1, alpha, true_risk, level, target)
+    while 2 * last_fail >= hi:
+        last_fail = _last_failing(hi + 1, 2 * hi, alpha, true_risk, level, target) or last_fail
+        hi *= 2
+    return last_fail + 1
+
+
+def _last_failing(lo: int, hi: int, alpha: float, true_risk: float, level: float, target: float) -> int:
+    """The largest n in [max(lo, 1), hi] whose power is below ``target`` (0 when none)."""
+    n = np.arange(max(lo, 1), hi + 1, dtype=np.int64)
+    failing = np.flatnonzero(_power(n, alpha, true_risk, level) < target) if n.size else n
+    return int(n[failing[-1]]) if failing.size else 0
