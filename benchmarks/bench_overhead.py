@@ -18,9 +18,10 @@ parameters of grids/mixed.yaml's defaults), speculative (lossless and typical, g
 and quantized (int8, nf4; grids/quantization.yaml), each on the embedded models. ``--before``
 adds the speculative and quantized rows decoded with the cache they used before the preallocated
 one (tests/compact_row_cache.py), so before and after are measured in the same run, alternating.
-``--against REV`` adds the speculative rows decoded by the engine as it was at git revision REV
-(its engines/speculative.py and engines/autoregressive.py, on the same loaded models), also
-alternating: the A/B of a speed change, which must and does decode the same texts (checked).
+``--against REV`` adds the speculative and quantized rows decoded by the engine as it was at git
+revision REV (its engines/speculative.py or engines/quantized.py and engines/autoregressive.py, on
+the same loaded models), also alternating: the A/B of a speed change, which must and does decode
+the same texts (checked).
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ import argparse
 import contextlib
 import functools
 import platform
+import re
 import subprocess
 import sys
 import types
@@ -111,28 +113,32 @@ def compact_cache(engine):
 
 
 def engine_at(engine, rev: str):
-    """The speculative engine as of git revision ``rev`` (its engines/speculative.py and
-    engines/autoregressive.py, loaded as private modules), sharing ``engine``'s loaded models."""
+    """``engine`` (speculative or quantized) as of git revision ``rev``: its module and
+    engines/autoregressive.py at ``rev``, loaded as private modules, sharing ``engine``'s loaded
+    models (the quantized engine's current mode included)."""
     root = Path(__file__).resolve().parents[1]
     name = f"_bench_at_{len(sys.modules)}"
-    for part in ("autoregressive", "speculative"):
+    engine_module = type(engine).__module__.rsplit(".", 1)[-1]
+    for part in ("autoregressive", engine_module):
         source = subprocess.run(["git", "-C", str(root), "show", f"{rev}:engines/{part}.py"],
                                 capture_output=True, text=True, check=True).stdout
         module = types.ModuleType(f"{name}_{part}")
         sys.modules[module.__name__] = module  # dataclasses look their module up
-        source = source.replace("pytest_redline.engines.autoregressive", f"{name}_autoregressive")
+        source = re.sub(r"pytest_redline\.engines\.autoregressive\b", f"{name}_autoregressive", source)
         exec(compile(source, f"{rev}:engines/{part}.py", "exec"), module.__dict__)
-    old = sys.modules[f"{name}_speculative"].SpeculativeEngine.__new__(sys.modules[f"{name}_speculative"].SpeculativeEngine)
+    cls = getattr(sys.modules[f"{name}_{engine_module}"], type(engine).__name__)
+    old = cls.__new__(cls)
     old.__dict__.update(vars(engine))
     return old
 
 
-def overhead(engine, prompts, config, repeats: int, variants=(False,), against=None) -> list[tuple[float, float]]:
-    """Per variant (False: the engine as it is; True: with the old cache; "at": the engine
-    ``against``, e.g. :func:`engine_at`), the (wall, inside) of the best of ``repeats`` runs of
+def overhead(engine, prompts, config, repeats: int, variants=(False,), rev=None) -> list[tuple[float, float]]:
+    """Per variant (False: the engine as it is; True: with the old cache; "at": the engine at git
+    revision ``rev``, :func:`engine_at`), the (wall, inside) of the best of ``repeats`` runs of
     ``generate(prompts, config)``. The variants alternate run by run, so a machine's changing
     load weighs on them alike."""
     engine.generate(prompts[:8], config)  # warm-up (and the quantized engine loads its mode)
+    against = engine_at(engine, rev) if "at" in variants else None  # after the warm-up: it shares the mode's model
     if against is not None and [g.text for g in against.generate(prompts, config)] != [g.text for g in engine.generate(prompts, config)]:
         raise AssertionError(f"bench_overhead: {config}: the engine at --against decodes other texts")
     clock = ModelClock(models_of(engine))
@@ -161,7 +167,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--only", nargs="*", default=None, help="rows whose name contains any of these words")
     parser.add_argument("--before", action="store_true", help="also the speculative and quantized rows with the old cache")
-    parser.add_argument("--against", metavar="REV", help="also the speculative rows decoded by the engine at git revision REV")
+    parser.add_argument("--against", metavar="REV", help="also the speculative and quantized rows decoded by the engine at git revision REV")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     prompts = ArithmeticSuite(split="calibration", n=args.batch, seed=0).prompts()
@@ -176,9 +182,8 @@ def main() -> None:
             engines[key] = registry.factory(registry.ENGINES, name)(**engine_args)
             torch.set_num_threads(args.threads)
         variants = (False, True) if args.before and name in ("speculative", "quantized") else (False,)
-        against = engine_at(engines[key], args.against) if args.against and name == "speculative" else None
-        variants += ("at",) if against is not None else ()
-        for variant, (wall, inside) in zip(variants, overhead(engines[key], prompts, config, args.repeats, variants, against)):
+        variants += ("at",) if args.against and name in ("speculative", "quantized") else ()
+        for variant, (wall, inside) in zip(variants, overhead(engines[key], prompts, config, args.repeats, variants, args.against)):
             label = {False: row, True: f"{row} (before)", "at": f"{row} (at {args.against})"}[variant]
             print(f"{label:<38}{wall:>9.3f}{inside:>10.3f}{wall - inside:>11.3f}{(wall - inside) / inside:>10.1%}", flush=True)
 

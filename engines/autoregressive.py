@@ -8,10 +8,12 @@ number of the tokens it fed, so the batch is stored as left-padded rows that may
   (left-padded to a common width; padding slots are invalid keys) and returns the last logits.
   ``retain`` rolls the cache back: each row keeps the longest prefix of its cached tokens that
   agrees with the row's accepted sequence, every other column is dropped (a rejected token's
-  K/V never stays), and finished rows leave the batch. The K/V sit in preallocated buffers
-  (:class:`RowLayer`): a rollback moves a row's write cursor back instead of copying the cache,
-  and a finished row's slot is refilled by the last live row (:func:`fill_order`), so the
-  engine's own work per round stays small beside the model's. With ``recompute=True`` nothing
+  K/V never stays), and finished rows leave the batch. The K/V sit in one preallocated buffer
+  per model (:class:`KVStore`; each :class:`RowLayer` views its slot): a rollback moves a row's
+  write cursor back instead of copying the cache, and a finished row's slot is refilled by the
+  last live row (:func:`fill_order`) in one copy for all layers, so the engine's own work per
+  round stays small beside the model's. Rows fed equally many tokens can be fed as one tensor
+  (no padding, nothing listed per forward). With ``recompute=True`` nothing
   is cached: every forward recomputes the row from its first token (the reference for tests).
 - Attention uses an explicit 4-D additive mask: a query attends the valid keys at positions up to
   its own (``modeling.block_mask`` over positions: causal). Position ids count from 0 at each
@@ -150,7 +152,8 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 
 
 class RowLayer(CacheLayerMixin):
-    """One layer's K/V over the rows, in a preallocated buffer ``(rows, capacity, heads, head_dim)``.
+    """One layer's K/V over the rows: views ``(rows, capacity, heads, head_dim)`` of its slot in a
+    :class:`KVStore`.
 
     The owning :class:`RowCache` plans each forward (``rows``/``columns``: where each live row
     writes its new K/V; ``width``: how many columns attention reads). Writing copies the new
@@ -159,41 +162,23 @@ class RowLayer(CacheLayerMixin):
 
     is_sliding = False
 
-    def __init__(self, owner: "RowCache"):
+    def __init__(self, owner: "RowCache", index: int):
         super().__init__()
-        self.owner = owner
+        self.owner, self.index = owner, index
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
-        _, heads, _, dim = key_states.shape
-        shape = (self.owner.capacity_rows, self.owner.capacity, heads, dim)
-        # uninitialised: each column is zeroed when attention first reads it (``zeroed``), so an
-        # invalid key is never garbage (a NaN would survive the mask) and unused columns cost nothing
-        self.keys = torch.empty(shape, dtype=key_states.dtype, device=key_states.device)
-        self.values = torch.empty(shape, dtype=value_states.dtype, device=value_states.device)
-        self.zeroed = 0
+        self.owner.store_for(self, key_states).attach(self)
         self.is_initialized = True
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
-        if self.keys.shape[1] < self.owner.capacity:
-            self.keys, self.values = (_grow(t, self.owner.capacity) for t in (self.keys, self.values))
-        rows, columns, width = self.owner.rows, self.owner.columns, self.owner.width
-        if width > self.zeroed:
-            self.keys[:, self.zeroed : width] = 0
-            self.values[:, self.zeroed : width] = 0
-            self.zeroed = width
-        self.keys[rows, columns] = key_states.transpose(1, 2)
-        self.values[rows, columns] = value_states.transpose(1, 2)
-        n = key_states.shape[0]
+        owner = self.owner
+        self.store.reserve(owner.width, owner.capacity)
+        self.keys[owner.rows, owner.columns] = key_states.transpose(1, 2)
+        self.values[owner.rows, owner.columns] = value_states.transpose(1, 2)
+        n, width = key_states.shape[0], owner.width
         return self.keys[:n, :width].transpose(1, 2), self.values[:n, :width].transpose(1, 2)
-
-    def move_rows(self, dst: torch.Tensor, src: torch.Tensor) -> None:
-        """Copy rows ``src`` into slots ``dst`` (the columns in use only)."""
-        if self.is_initialized:
-            width = self.owner.width
-            self.keys[dst, :width] = self.keys[src, :width]
-            self.values[dst, :width] = self.values[src, :width]
 
     def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
         return self.owner.width, 0
@@ -205,12 +190,46 @@ class RowLayer(CacheLayerMixin):
         return -1
 
 
-def _grow(t: torch.Tensor, capacity: int) -> torch.Tensor:
-    """``t`` with its dimension 1 zero-padded to ``capacity`` (a copy; amortised by doubling; rare:
-    the engines size the buffer for the requests' token limits)."""
-    grown = t.new_zeros(t.shape[0], capacity, *t.shape[2:])
-    grown[:, : t.shape[1]] = t
-    return grown
+class KVStore:
+    """The K/V of several layers of one shape in one preallocated buffer ``(rows, layers, 2,
+    capacity, heads, head_dim)``: moving a row (:meth:`move_rows`) is one copy for all of them.
+
+    Columns start uninitialised and are zeroed when attention first reads them (:meth:`reserve`),
+    so an invalid key is never garbage (a NaN would survive the mask) and unused columns cost nothing.
+    """
+
+    def __init__(self, rows: int, layers: int, capacity: int, like: torch.Tensor):
+        _, heads, _, dim = like.shape
+        self.kv = torch.empty(rows, layers, 2, capacity, heads, dim, dtype=like.dtype, device=like.device)
+        self.zeroed = 0
+        self.layers: list[RowLayer] = []
+
+    def attach(self, layer: RowLayer) -> None:
+        """Give ``layer`` the views of its slot (its place in ``layers``)."""
+        layer.store, layer.slot = self, len(self.layers)
+        self.layers.append(layer)
+        layer.keys, layer.values = self.kv[:, layer.slot, 0], self.kv[:, layer.slot, 1]
+
+    def reserve(self, width: int, capacity: int) -> None:
+        """Grow to ``capacity`` columns (a copy; amortised by doubling; rare: the engines size the
+        buffer for the requests' token limits), and zero the columns up to ``width``."""
+        if self.kv.shape[3] < capacity:
+            grown = self.kv.new_zeros(*self.kv.shape[:3], capacity, *self.kv.shape[4:])
+            grown[:, :, :, : self.kv.shape[3]] = self.kv
+            self.kv = grown
+            for layer in self.layers:
+                layer.keys, layer.values = self.kv[:, layer.slot, 0], self.kv[:, layer.slot, 1]
+        if width > self.zeroed:
+            self.kv[:, :, :, self.zeroed : width] = 0
+            self.zeroed = width
+
+    def move_rows(self, moves: Sequence[tuple[int, int]], width: int) -> None:
+        """Copy row ``src`` into slot ``dst`` for each ``(dst, src)`` of ``moves``: their first
+        ``width`` columns, every layer at once. One copy per row reads and writes each byte once
+        (an indexed gather and scatter copy twice, and cost 3-5x more here)."""
+        kv = self.kv[:, :, :, :width]
+        for dst, src in moves:
+            kv[dst].copy_(kv[src])
 
 
 def fill_order(rows: int, keep: Sequence[int]) -> list[int]:
@@ -229,12 +248,13 @@ def fill_order(rows: int, keep: Sequence[int]) -> list[int]:
 class RowCache:
     """One model's KV cache over a batch of left-padded rows, rolled back per row.
 
-    The K/V live in preallocated per-layer buffers (:class:`RowLayer`). Each row has its own
-    column cursor: a forward writes a row's new tokens at its cursor (its left padding goes to a
-    scratch column that is never read, so a row's columns have no holes); a rollback only moves
-    the cursor back, so later tokens overwrite the dropped columns. Finished rows leave by
-    :func:`fill_order`. A row's valid keys are therefore exactly its columns before its cursor, and
-    a key's position is its column (``positions``): the masks follow from the cursors alone.
+    The K/V live in preallocated buffers (:class:`KVStore`: one for all the layers of one shape).
+    Each row has its own column cursor: a forward writes a row's new tokens at its cursor (its left
+    padding goes to a scratch column that is never read, so a row's columns have no holes); a
+    rollback only moves the cursor back, so later tokens overwrite the dropped columns. Finished
+    rows leave by :func:`fill_order`. A row's valid keys are therefore exactly its columns before
+    its cursor, and a key's position is its column (``positions``): the masks follow from the
+    cursors alone. A row's cursor is the number of its cached tokens.
     """
 
     def __init__(self, model, rows: int, pad_id: int, recompute: bool = False, capacity: int = 64):
@@ -248,56 +268,90 @@ class RowCache:
         forward_args = inspect.signature((self._decoder if self._direct else model).forward).parameters
         self._open, self._shut = (torch.tensor(v, dtype=self.dtype, device=self.device) for v in (0.0, torch.finfo(self.dtype).min))
         self._cache_kwarg = "cache" if "cache" in forward_args else "past_key_values"  # transformers 5.x vs older
-        self.tokens: list[list[int]] = [[] for _ in range(rows)]  # per row, the tokens whose K/V are cached
+        self._tokens: list[list[int]] = [[] for _ in range(rows)]
         self.capacity_rows, self.capacity = rows, capacity
         self._reset()
 
     def _reset(self) -> None:
-        rows = len(self.tokens)
-        layers = self.model.config.get_text_config().num_hidden_layers
-        self.cache = Cache(layers=[RowLayer(self) for _ in range(layers)])
-        self.cursor = [0] * rows  # per row, the next column to write: its cached tokens (no holes)
+        rows = len(self._tokens)
+        self.cache = Cache(layers=[RowLayer(self, i) for i in range(self.model.config.get_text_config().num_hidden_layers)])
+        self.stores: list[KVStore] = []
+        self._fed: list[torch.Tensor] = []  # tensor feeds not yet listed in ``_tokens``
         self._cursor_t: torch.Tensor | None = None  # the cursors as a (rows, 1) tensor, while known without a copy
+        self.end = 0  # the largest cursor
         self.positions = torch.arange(self.capacity, device=self.device)  # of each column's key, where valid
         self.slots = torch.arange(rows, device=self.device)
         self.width = 0
 
+    def store_for(self, layer: RowLayer, key_states: torch.Tensor) -> KVStore:
+        """The store that holds ``layer``: the first layer's, sized for every layer and shared by
+        those of its shape (all, in the usual models); a layer of another shape gets its own."""
+        first = self.stores[0] if self.stores else None
+        if first is not None and first.kv.shape[-2:] == (key_states.shape[1], key_states.shape[3]) and first.kv.dtype == key_states.dtype:
+            return first
+        self.stores.append(KVStore(self.capacity_rows, len(self.cache.layers) if first is None else 1, self.capacity, key_states))
+        return self.stores[-1]
+
+    @property
+    def tokens(self) -> list[list[int]]:
+        """Per row, the tokens whose K/V are cached."""
+        if self._fed:  # tensor feeds are listed once, when asked for
+            for listed, new in zip(self._tokens, torch.cat(self._fed, 1).tolist()):
+                listed.extend(new)
+            self._fed = []
+        return self._tokens
+
     def cached(self, row: int) -> int:
         return len(self.tokens[row])
 
-    def forward(self, feeds: Sequence[Sequence[int]], keep: int) -> torch.Tensor:
-        """Feed row ``r`` the tokens ``feeds[r]`` (at least ``keep`` each); their last ``keep`` logits."""
+    @torch.no_grad()  # the layers' K/V are views of one buffer, which autograd could not write in place
+    def forward(self, feeds: Sequence[Sequence[int]] | torch.Tensor, keep: int) -> torch.Tensor:
+        """Feed row ``r`` the tokens ``feeds[r]`` (at least ``keep`` each); their last ``keep`` logits.
+
+        ``feeds`` may also be a ``(rows, width)`` tensor of ids, when every row is fed ``width``
+        tokens: then nothing is padded or listed (the draft's one-token steps, the target's rounds).
+        """
         if self.recompute:
-            feeds = [self.tokens[r] + list(f) for r, f in enumerate(feeds)]
-            self.tokens = [[] for _ in feeds]
+            feeds = [self.tokens[r] + list(f) for r, f in enumerate(feeds.tolist() if isinstance(feeds, torch.Tensor) else feeds)]
+            self._tokens = [[] for _ in feeds]
             self._reset()
-        sizes = [len(f) for f in feeds]
-        n, width = len(feeds), max(sizes)
-        if min(sizes) < keep:
-            raise ValueError(f"{min(sizes)} tokens fed to a row, {keep} logits asked for")
-        after = [c + k for c, k in zip(self.cursor, sizes)]  # each row's cursor after this forward
-        end = max(after)
+        cursor = self._cursor_t
+        if cursor is None:
+            cursor = torch.tensor([len(t) for t in self.tokens], dtype=torch.long, device=self.device)[:, None]
+        if isinstance(feeds, torch.Tensor):
+            (n, width), fewest, end = feeds.shape, feeds.shape[1], self.end + feeds.shape[1]
+        else:
+            sizes = [len(f) for f in feeds]
+            n, width, fewest = len(feeds), max(sizes), min(sizes)
+            end = max(len(t) + k for t, k in zip(self.tokens, sizes))
+        if fewest < keep:
+            raise ValueError(f"{fewest} tokens fed to a row, {keep} logits asked for")
         if end >= self.capacity:  # the last column is the scratch column
-            self.capacity = max(end + 1, 2 * self.capacity)  # the layers grow at their next update
+            self.capacity = max(end + 1, 2 * self.capacity)  # the stores grow at their next update
             self.positions = torch.arange(self.capacity, device=self.device)
-        scratch = self.capacity - 1  # left padding is written there: never read, so rows have no holes
         # a row's columns have no holes, so its next column is also its next position (its cached
         # tokens): the plan is one tensor expression over the rows, not a Python loop
-        cursor = self._cursor_t if self._cursor_t is not None else torch.tensor(self.cursor, dtype=torch.long, device=self.device)[:, None]
-        flat = torch.tensor([t for f in feeds for t in f], dtype=torch.long, device=self.device)
-        if width == 1:
-            ids, q_pos = flat[:, None], cursor
-            self.columns = cursor
-        else:  # offset of each slot in its row's feed; negative: left padding
-            lengths = torch.tensor(sizes, dtype=torch.long, device=self.device)[:, None]
-            offset = self.positions[None, :width] - (width - lengths)
-            q_valid = offset >= 0
-            q_pos = torch.where(q_valid, cursor + offset, 0)
-            self.columns = torch.where(q_valid, q_pos, scratch)
-            ids = torch.full((n, width), self.pad_id, dtype=torch.long, device=self.device)
-            ids[q_valid] = flat
+        if isinstance(feeds, torch.Tensor):
+            ids, q_pos, advance = feeds, cursor + self.positions[None, :width] if width > 1 else cursor, width
+            self.columns = q_pos
+            self._fed.append(feeds)
+        else:
+            flat = torch.tensor([t for f in feeds for t in f], dtype=torch.long, device=self.device)
+            if width == 1:
+                ids, q_pos, advance = flat[:, None], cursor, 1
+                self.columns = cursor
+            else:  # offset of each slot in its row's feed; negative: left padding, written to the scratch column
+                advance = torch.tensor(sizes, dtype=torch.long, device=self.device)[:, None]
+                offset = self.positions[None, :width] - (width - advance)
+                q_valid = offset >= 0
+                q_pos = torch.where(q_valid, cursor + offset, 0)
+                self.columns = torch.where(q_valid, q_pos, self.capacity - 1)
+                ids = torch.full((n, width), self.pad_id, dtype=torch.long, device=self.device)
+                ids[q_valid] = flat
+            for t, f in zip(self.tokens, feeds):
+                t.extend(f)
         self.rows = self.slots[:n, None].expand(n, width)
-        self.width = end
+        self.width = self.end = end
         # 0 or the dtype's min, as modeling.block_mask gives over these keys, in one op: a row's
         # valid keys are its columns before its new cursor, and a key's position is its column
         if width == 1:  # one token per row: it attends every key the row holds (itself included)
@@ -311,29 +365,27 @@ class RowCache:
             logits = self._head(hidden[:, -keep:])
         else:
             logits = self.model(**inputs, logits_to_keep=keep).logits[:, -keep:]
-        self.cursor = after
-        self._cursor_t = cursor + (1 if width == 1 else lengths)  # a draft's next step needs no list-to-tensor copy
-        for t, f in zip(self.tokens, feeds):
-            t.extend(f)
+        self._cursor_t = cursor + advance  # the next forward needs no list-to-tensor copy
         return logits
 
     def retain(self, sequences: Sequence[Sequence[int]], rows: Sequence[int]) -> None:
         """Keep rows ``rows`` (new slot j holds old row ``rows[j]``); each keeps its cached tokens
-        that prefix ``sequences[row]``."""
-        counts = [common_prefix(self.tokens[r], sequences[r]) for r in rows]
-        self.tokens = [self.tokens[r] for r in rows]
-        for t, c in zip(self.tokens, counts):
-            del t[c:]
-        self.cursor = counts  # each row keeps its first ``count`` tokens; its cursor moves back to just after them
+        that prefix ``sequences[row]``, all but the last at most (the next forward feeds that one:
+        its logits are the ones the engine needs)."""
+        tokens = self.tokens
+        counts = [min(common_prefix(tokens[r], sequences[r]), len(sequences[r]) - 1) for r in rows]
+        self._tokens = [tokens[r] for r in rows]
+        for t, c in zip(self._tokens, counts):
+            del t[c:]  # each row keeps its first ``count`` tokens; its cursor moves back to just after them
         self._cursor_t = None
+        self.end = max(counts, default=0)
         if self.recompute:
             return
         moved = [(j, r) for j, r in enumerate(rows) if j != r]
         if moved:
-            dst = torch.tensor([j for j, _ in moved], dtype=torch.long, device=self.device)
-            src = torch.tensor([r for _, r in moved], dtype=torch.long, device=self.device)
-            for layer in self.cache.layers:
-                layer.move_rows(dst, src)
+            width = max(counts[j] for j, _ in moved)
+            for store in self.stores:
+                store.move_rows(moved, width)
 
 
 def token_count(tokenizer, *models) -> int:

@@ -123,31 +123,36 @@ class SpeculativeEngine(SpeculativeSpec):
         draft = row_cache(self.draft, len(running), self.pad_id, recompute=not cfg.use_cache, capacity=capacity)
         while running:
             proposals, listed = self._propose(draft, running, gamma)
-            feeds = [r.tokens[target.cached(i) :] + p for i, (r, p) in enumerate(zip(running, listed))]
+            unseen = [r.tokens[target.cached(i) :] for i, r in enumerate(running)]  # the last token, but in the prefill
+            if all(len(u) == 1 for u in unseen):  # as one tensor: nothing to pad or list
+                feeds = torch.cat([torch.tensor(unseen, dtype=torch.long, device=proposals.device), proposals], 1)
+            else:
+                feeds = [u + p for u, p in zip(unseen, listed)]
             logits = only_tokens(target.forward(feeds, keep=gamma + 1), self.tokens)
             kept = accepted_lengths(logits, proposals, cfg)
             own = logits[torch.arange(len(running), device=logits.device), kept].argmax(-1)
             for req, (n, token), props in zip(running, torch.stack([kept, own], 1).tolist(), listed):  # one device read
                 appended = req.append(props[:n] + [token])
                 req.count("forwards")
-                req.count("draft_forwards", gamma)
-                req.count("proposed_draft_tokens", gamma)
                 req.count("accepted_draft_tokens", min(n, appended))
             order = fill_order(len(running), [i for i, r in enumerate(running) if not r.done])
             sequences = [r.tokens for r in running]
             target.retain(sequences, order)
             draft.retain(sequences, order)
             running = [running[i] for i in order]
+        for req in requests:  # every round runs the draft γ times on γ proposals
+            req.count("draft_forwards", gamma * req.counts.get("forwards", 0))
+            req.count("proposed_draft_tokens", gamma * req.counts.get("forwards", 0))
 
     def _propose(self, draft: RowCache, running: Sequence[Request], gamma: int) -> tuple[torch.Tensor, list[list[int]]]:
         """γ greedy draft tokens per request, shape (rows, γ), and the same as lists."""
-        steps = []
         feeds = [r.tokens[draft.cached(i) :] for i, r in enumerate(running)]
+        steps = []
         for _ in range(gamma):
-            step = draft.forward(feeds, keep=1)[:, -1, : self.tokens].argmax(-1)  # never a padding id (as only_tokens, no copy)
-            steps.append(step)
-            feeds = [[t] for t in step.tolist()]  # the next forward needs them as lists anyway
-        proposals = torch.stack(steps, 1)
+            # never a padding id (as only_tokens, without copying the logits); the next step's feed
+            feeds = draft.forward(feeds, keep=1)[:, -1, : self.tokens].argmax(-1, keepdim=True)
+            steps.append(feeds)
+        proposals = torch.cat(steps, 1)
         return proposals, proposals.tolist()
 
     def _generation(self, req: Request) -> Generation:

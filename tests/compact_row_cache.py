@@ -40,6 +40,7 @@ class CompactRowCache:
 
     def forward(self, feeds: Sequence[Sequence[int]], keep: int) -> torch.Tensor:
         """Feed row ``r`` the tokens ``feeds[r]`` (at least ``keep`` each); their last ``keep`` logits."""
+        feeds = feeds.tolist() if isinstance(feeds, torch.Tensor) else feeds  # the engine feeds equal widths as a tensor
         if self.recompute:
             starts = [0] * len(feeds)
             feeds = [self.tokens[r] + list(f) for r, f in enumerate(feeds)]

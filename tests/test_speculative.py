@@ -214,7 +214,14 @@ def reference_decode(engine: SpeculativeEngine, prompt, cfg: SpecConfig) -> tupl
             return tok.decode([t for t in seq[start:] if t not in eos]), rounds
 
 
-@pytest.mark.parametrize("params", [LOSSLESS, TYPICAL, {**TYPICAL, "posterior_threshold": 0.4, "num_draft_tokens": 2}])
+# posterior_alpha >= 1 can reject the target's own argmax: the token appended is then the rejected
+# proposal, whose K/V both caches hold; each keeps all but the last token (whose logits the next
+# forward needs). Before, the next forward had no token to feed a row and raised.
+ALPHA_ABOVE_ONE = {**TYPICAL, "posterior_threshold": 1.0, "posterior_alpha": 10.0}
+
+
+@pytest.mark.parametrize("params", [LOSSLESS, TYPICAL, {**TYPICAL, "posterior_threshold": 0.4, "num_draft_tokens": 2}, ALPHA_ABOVE_ONE],
+                         ids=["lossless", "typical", "typical-eps0.4-gamma2", "typical-alpha10"])
 def test_engine_equals_the_uncached_one_prompt_loop(engine, suite, params) -> None:
     prompts = suite.prompts()[:12]
     cfg = SpecConfig.from_params(params)
@@ -289,6 +296,29 @@ def test_row_cache_masks_equal_block_mask_over_the_held_keys(engine, rows) -> No
             cache.retain([cache.tokens[r][: max(1, held[r] - k)] for r, (_, k, _) in enumerate(rows)], list(range(len(rows))))
     finally:
         hook.remove()
+
+
+def test_a_refilled_slot_holds_the_moved_row_in_every_layer_and_store(engine) -> None:
+    """A model's layers share one K/V store (a refill is one copy per row); a layer shaped
+    otherwise gets a store of its own; a finished row's slot then holds the moved row's K/V in
+    both, over the columns the row keeps."""
+    cache = RowCache(engine.draft, 3, engine.pad_id, capacity=8)
+    cache.forward([[7, 8], [7], [7, 8, 9]], keep=1)
+    assert len(cache.stores) == 1 and all(layer.store is cache.stores[0] for layer in cache.cache.layers)
+    other = RowCache(engine.draft, 3, engine.pad_id, capacity=8)
+    first, second = other.cache.layers[:2]
+    first.lazy_initialization(torch.zeros(3, 2, 1, 32, dtype=torch.float64), None)
+    second.lazy_initialization(torch.zeros(3, 1, 1, 16, dtype=torch.float64), None)
+    assert len(other.stores) == 2 and first.store is not second.store
+    for layer in (first, second):
+        for t in (layer.keys, layer.values):
+            t.copy_(torch.arange(3.0, dtype=torch.float64).view(3, 1, 1, 1).expand_as(t))
+    other._tokens = [[1, 2], [1], [1, 2, 3]]
+    other.retain([t + [5] for t in other.tokens], [0, 2])  # row 1 finished: row 2 refills its slot
+    assert other.tokens == [[1, 2], [1, 2, 3]]
+    for layer in (first, second):
+        for t in (layer.keys, layer.values):
+            assert (t[1, :3] == 2).all() and (t[0, :2] == 0).all()
 
 
 @pytest.mark.parametrize("params", [LOSSLESS, TYPICAL], ids=["lossless", "typical"])
