@@ -278,10 +278,17 @@ class RowCache:
         self.stores: list[KVStore] = []
         self._fed: list[torch.Tensor] = []  # tensor feeds not yet listed in ``_tokens``
         self._cursor_t: torch.Tensor | None = None  # the cursors as a (rows, 1) tensor, while known without a copy
+        self._run: tuple[torch.Tensor, int, int] | None = None  # see _one_token_mask
         self.end = 0  # the largest cursor
-        self.positions = torch.arange(self.capacity, device=self.device)  # of each column's key, where valid
+        self._columns(self.capacity)
         self.slots = torch.arange(rows, device=self.device)
+        self._slots_by_shape: dict[tuple[int, int], torch.Tensor] = {}  # (rows, width) -> each query's slot
         self.width = 0
+
+    def _columns(self, count: int) -> None:
+        """``positions``: the column indices (a valid key's position is its column), at least ``count``."""
+        self.positions = torch.arange(count, device=self.device)
+        self._positions4 = self.positions.view(1, 1, 1, -1)  # over the keys of a 4-D mask
 
     def store_for(self, layer: RowLayer, key_states: torch.Tensor) -> KVStore:
         """The store that holds ``layer``: the first layer's, sized for every layer and shared by
@@ -328,7 +335,7 @@ class RowCache:
             raise ValueError(f"{fewest} tokens fed to a row, {keep} logits asked for")
         if end >= self.capacity:  # the last column is the scratch column
             self.capacity = max(end + 1, 2 * self.capacity)  # the stores grow at their next update
-            self.positions = torch.arange(self.capacity, device=self.device)
+            self._columns(max(self.capacity, self.positions.numel()))
         # a row's columns have no holes, so its next column is also its next position (its cached
         # tokens): the plan is one tensor expression over the rows, not a Python loop
         if isinstance(feeds, torch.Tensor):
@@ -350,23 +357,49 @@ class RowCache:
                 ids[q_valid] = flat
             for t, f in zip(self.tokens, feeds):
                 t.extend(f)
-        self.rows = self.slots[:n, None].expand(n, width)
+        self.rows = self._slots_by_shape.get((n, width))
+        if self.rows is None:
+            self.rows = self._slots_by_shape[n, width] = self.slots[:n, None].expand(n, width)
         self.width = self.end = end
-        # 0 or the dtype's min, as modeling.block_mask gives over these keys, in one op: a row's
-        # valid keys are its columns before its new cursor, and a key's position is its column
+        # 0 or the dtype's min, as modeling.block_mask gives over these keys: a row's valid keys
+        # are its columns before its new cursor, and a key's position is its column
         if width == 1:  # one token per row: it attends every key the row holds (itself included)
-            mask = torch.where(self.positions[None, None, None, :end] <= cursor[:, None, None], self._open, self._shut)
+            mask = self._one_token_mask(cursor, end)
         else:  # causal: a query attends the columns up to its position (all held); a padding query
             # (position 0) attends column 0, which every row holds
-            mask = torch.where(self.positions[None, None, :end] <= q_pos[:, :, None], self._open, self._shut)[:, None]
+            self._run = None
+            mask = torch.where(self._positions4[..., :end] <= q_pos[:, None, :, None], self._open, self._shut)
         inputs = dict(input_ids=ids, attention_mask=mask, position_ids=q_pos, use_cache=True, **{self._cache_kwarg: self.cache})
         if self._direct:
             hidden = self._decoder(**inputs).last_hidden_state
-            logits = self._head(hidden[:, -keep:])
+            logits = self._head(hidden if keep == width else hidden[:, -keep:])
         else:
             logits = self.model(**inputs, logits_to_keep=keep).logits[:, -keep:]
         self._cursor_t = cursor + advance  # the next forward needs no list-to-tensor copy
         return logits
+
+    RUN = 8  # how many one-token forwards after the first read views of its mask
+
+    def _one_token_mask(self, cursor: torch.Tensor, end: int) -> torch.Tensor:
+        """The mask of a one-token forward: row r attends columns ``<= cursor[r]`` of ``end``.
+
+        Successive one-token forwards (every row one column further each time, no rollback
+        between: a draft's steps) read views of one tensor built at the first of a run: at step
+        s of the run, ``mask[c] = (c <= C + s) = B[c + RUN - s]`` with ``B[k] = (k <= C + RUN)``,
+        C the cursors at the run's first step. Same values as one ``where`` per forward, one op
+        instead of four.
+        """
+        if self._run is not None:
+            built, first_end, step = self._run
+            step += 1
+            if step <= self.RUN and end == first_end + step and built.shape[0] == cursor.shape[0]:
+                self._run = built, first_end, step
+                return built[..., self.RUN - step : self.RUN + first_end]
+        if self.positions.numel() < end + self.RUN:
+            self._columns(end + self.RUN)
+        built = torch.where(self._positions4[..., : end + self.RUN] <= (cursor + self.RUN).view(-1, 1, 1, 1), self._open, self._shut)
+        self._run = built, end, 0
+        return built[..., self.RUN : self.RUN + end]
 
     def retain(self, sequences: Sequence[Sequence[int]], rows: Sequence[int]) -> None:
         """Keep rows ``rows`` (new slot j holds old row ``rows[j]``); each keeps its cached tokens
@@ -374,10 +407,12 @@ class RowCache:
         its logits are the ones the engine needs)."""
         tokens = self.tokens
         counts = [min(common_prefix(tokens[r], sequences[r]), len(sequences[r]) - 1) for r in rows]
+        if len(rows) == len(tokens) and all(j == r and len(tokens[r]) == c for j, (r, c) in enumerate(zip(rows, counts))):
+            return  # every row stays in its slot and keeps every cached token (greedy, while none ends): the cursors stand
         self._tokens = [tokens[r] for r in rows]
         for t, c in zip(self._tokens, counts):
             del t[c:]  # each row keeps its first ``count`` tokens; its cursor moves back to just after them
-        self._cursor_t = None
+        self._cursor_t = self._run = None
         self.end = max(counts, default=0)
         if self.recompute:
             return

@@ -277,23 +277,35 @@ def test_rollback_never_lets_a_rejected_token_change_later_logits(engine, rows, 
 def test_row_cache_masks_equal_block_mask_over_the_held_keys(engine, rows) -> None:
     """The masks RowCache builds from its cursors alone (no validity state) equal
     ``modeling.block_mask`` over each row's held keys (positions 0 .. cached - 1), in every forward:
-    the prefill, a rollback, and one-token feeds."""
+    the prefill, a rollback, and one-token feeds, listed or as a tensor, alone or in a run of
+    successive ones (whose masks are views of one tensor)."""
     from pytest_redline.engines import modeling
 
     seen = []
     hook = engine.draft.get_decoder().register_forward_pre_hook(
         lambda module, args, kwargs: seen.append((kwargs["attention_mask"], kwargs["position_ids"])), with_kwargs=True)
     cache = RowCache(engine.draft, len(rows), engine.pad_id)
+    n = len(rows)
+    forwards = [  # (feeds, roll back after it)
+        ([[7] * a for a, _, _ in rows], True),
+        ([[9] * (c if i % 2 else 1) for i, (_, _, c) in enumerate(rows)], True),
+        ([[9]] * n, False),
+        (torch.full((n, 1), 11), False),
+        (torch.full((n, 1), 12), False),
+        (torch.full((n, 2), 13), True),
+        (torch.full((n, 1), 14), True),
+    ]
     try:
-        for step, feeds in enumerate(([[7] * a for a, _, _ in rows], [[9] * (c if i % 2 else 1) for i, (_, _, c) in enumerate(rows)])):
+        for step, (feeds, roll_back) in enumerate(forwards):
             cache.forward(feeds, keep=1)
-            held = [cache.cached(r) for r in range(len(rows))]
+            held = [cache.cached(r) for r in range(n)]
             mask, q_pos = seen[-1]
             width = mask.shape[-1]
-            k_pos = torch.arange(width)[None].expand(len(rows), width)
+            k_pos = torch.arange(width)[None].expand(n, width)
             expected = modeling.block_mask(q_pos, k_pos, mask.dtype, k_pos < torch.tensor(held)[:, None])
             assert torch.equal(mask.expand_as(expected), expected), f"forward {step}"
-            cache.retain([cache.tokens[r][: max(1, held[r] - k)] for r, (_, k, _) in enumerate(rows)], list(range(len(rows))))
+            if roll_back:
+                cache.retain([cache.tokens[r][: max(1, held[r] - k)] for r, (_, k, _) in enumerate(rows)], list(range(n)))
     finally:
         hook.remove()
 
