@@ -104,7 +104,9 @@ class SpeculativeEngine(SpeculativeSpec):
 
     def generate(self, prompts: Sequence[Prompt], config: Mapping[str, Any]) -> list[Generation]:
         cfg = SpecConfig.from_params(config)
-        requests = [self._request(p, cfg) for p in prompts]
+        from pytest_redline.engines.autoregressive import new_requests  # (the imports above belong to the model-free part)
+
+        requests = new_requests(self.tokenizer, prompts, cfg.max_new_tokens, self.eos, self.name)
         self.decode(requests, cfg)
         return [self._generation(r) for r in requests]
 
@@ -123,7 +125,7 @@ class SpeculativeEngine(SpeculativeSpec):
         draft = row_cache(self.draft, len(running), self.pad_id, recompute=not cfg.use_cache, capacity=capacity)
         while running:
             proposals, listed = self._propose(draft, running, gamma)
-            unseen = [r.tokens[target.cached(i) :] for i, r in enumerate(running)]  # the last token, but in the prefill
+            unseen = [r.tokens[len(held) :] for r, held in zip(running, target.tokens)]  # the last token, but in the prefill
             if all(len(u) == 1 for u in unseen):  # as one tensor: nothing to pad or list
                 feeds = torch.cat([torch.tensor(unseen, dtype=torch.long, device=proposals.device), proposals], 1)
             else:
@@ -146,7 +148,7 @@ class SpeculativeEngine(SpeculativeSpec):
 
     def _propose(self, draft: RowCache, running: Sequence[Request], gamma: int) -> tuple[torch.Tensor, list[list[int]]]:
         """γ greedy draft tokens per request, shape (rows, γ), and the same as lists."""
-        feeds = [r.tokens[draft.cached(i) :] for i, r in enumerate(running)]
+        feeds = [r.tokens[len(held) :] for r, held in zip(running, draft.tokens)]
         steps = []
         for _ in range(gamma):
             # never a padding id (as only_tokens, without copying the logits); the next step's feed

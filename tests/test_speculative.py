@@ -4,6 +4,7 @@ Equivalence tests run in float64 on the embedded target and draft (engines/model
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import math
@@ -15,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from compact_row_cache import CompactRowCache
-from pytest_redline.engines.autoregressive import RowCache, encode, greedy
+from pytest_redline.engines.autoregressive import RowCache, common_prefix, encode, greedy, new_requests
 from pytest_redline.engines.runtime import AR_DRAFT, AR_TARGET
 from pytest_redline.engines.autoregressive_spec import SPEC_DEFAULTS as DEFAULTS, SpecConfig
 from pytest_redline.engines.speculative import SpeculativeEngine, accepted_lengths
@@ -308,6 +309,23 @@ def test_row_cache_masks_equal_block_mask_over_the_held_keys(engine, rows) -> No
                 cache.retain([cache.tokens[r][: max(1, held[r] - k)] for r, (_, k, _) in enumerate(rows)], list(range(n)))
     finally:
         hook.remove()
+
+
+@given(st.lists(st.integers(0, 2), max_size=30), st.lists(st.integers(0, 2), max_size=6), st.lists(st.integers(0, 2), max_size=6))
+def test_common_prefix_is_the_length_before_the_first_difference(shared, a, b) -> None:
+    a, b = shared + a, shared + b
+    first_difference = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    assert common_prefix(a, b) == common_prefix(b, a) == first_difference
+
+
+@pytest.mark.parametrize("template", [None, "{% for m in messages %}<{{ m['content'] }}>{% endfor %}"], ids=["plain", "chat-template"])
+def test_requests_encoded_in_one_batch_hold_the_ids_each_prompt_encodes_to(engine, suite, template) -> None:
+    tokenizer = copy.deepcopy(engine.tokenizer)
+    tokenizer.chat_template = template
+    prompts = suite.prompts()[:40]
+    requests = new_requests(tokenizer, prompts, 8, engine.eos, "speculative")
+    assert [r.tokens for r in requests] == [encode(tokenizer, p, "speculative") for p in prompts]
+    assert [r.limit for r in requests] == [len(r.tokens) + 8 for r in requests]
 
 
 def test_a_refilled_slot_holds_the_moved_row_in_every_layer_and_store(engine) -> None:
