@@ -9,6 +9,7 @@ shows in PYTEST_CURRENT_TEST: the full protocol sets it for the setup and call p
 """
 from __future__ import annotations
 
+import html
 import json
 import re
 import xml.etree.ElementTree as ET
@@ -164,3 +165,20 @@ def test_same_fixture_lifetimes_short_protocol(project: Project) -> None:
     assert len(grid) == 180
     assert [e for e in short if e != "grid item done"] == ["session up", "a up", "a down", "b up", "b down", "session down"]
     assert short.index("a down") < grid[0] and grid[-1] < short.index("b up")
+
+
+def test_same_html_report_short_protocol(project: Project) -> None:
+    """pytest-html's data (its JSON blob, times left out) is the same under both protocols."""
+    pytest.importorskip("pytest_html")
+    project.grid()
+    project.run(ALPHA)  # fills the store
+    blobs = []
+    for name, protocol in (("short", ()), ("full", ("-p", "fullprotocol"))):
+        project.run(ALPHA, "-p", "recorder", *protocol, f"--html={name}.html")
+        page = (project.path / f"{name}.html").read_text()
+        blob = html.unescape(re.search(r'data-jsonblob="([^"]*)"', page).group(1))
+        blob = json.dumps(json.loads(blob), sort_keys=True).replace(f"{name}.html", "X.html")
+        blobs.append(re.sub(r'\d+ ms|\d\d:\d\d:\d\d|"duration": "[^"]*"|\d+\.\d+ s', "T", blob))
+        took_short = sum(r["full_protocol"] is False for r in reports(project))
+        assert (took_short > 300) if not protocol else took_short == 0
+    assert blobs[0] == blobs[1]
