@@ -25,7 +25,11 @@ __all__ = ["power", "prompts_needed", "prompts_needed_approx"]
 
 
 def _power(n: np.ndarray, alpha: float, true_risk: float, level: float) -> np.ndarray:
-    k = _critical(n, alpha, level)
+    return _power_at(n, _critical(n, alpha, level), true_risk)
+
+
+def _power_at(n: np.ndarray, k: np.ndarray, true_risk: float) -> np.ndarray:
+    """P[Bin(n, true_risk) <= k], 0 where the critical count k is -1 (nothing passes)."""
     return np.where(k < 0, 0.0, _pvalue(np.maximum(k, 0), n, true_risk))
 
 
@@ -102,17 +106,10 @@ def prompts_needed(alpha: float, true_risk: float, m: int, delta: float = 0.10, 
 @functools.lru_cache(maxsize=256)
 def _prompts_needed(alpha: float, true_risk: float, level: float, target: float) -> int:
     """The scan of :func:`prompts_needed` on checked arguments, remembered (a session's
-    report and summary ask the same question for each config).
-
-    ``last_fail`` is the largest failing n in [1, hi]. It is found scanning down from hi in
-    chunks, stopping at the first chunk with a failing n (so about the n above the answer
-    are evaluated, not all n); each doubling of hi then scans only the new n."""
+    report and summary ask the same question for each config): ``last_fail`` is the largest
+    failing n in [1, hi], and each doubling of hi looks only at the new n."""
     hi = max(64, int(2 * _normal_n(alpha, true_risk, level, target)) + 64)
-    below, chunk = hi + 1, max(64, hi // 8)  # [below, hi] scanned: no failing n there
-    last_fail = _last_failing(below - chunk, below - 1, alpha, true_risk, level, target)
-    while last_fail == 0 and below > 1:
-        below = max(1, below - chunk)
-        last_fail = _last_failing(max(1, below - chunk), below - 1, alpha, true_risk, level, target)
+    last_fail = _last_failing(1, hi, alpha, true_risk, level, target)
     while 2 * last_fail >= hi:
         last_fail = _last_failing(hi + 1, 2 * hi, alpha, true_risk, level, target) or last_fail
         hi *= 2
@@ -120,7 +117,26 @@ def _prompts_needed(alpha: float, true_risk: float, level: float, target: float)
 
 
 def _last_failing(lo: int, hi: int, alpha: float, true_risk: float, level: float, target: float) -> int:
-    """The largest n in [max(lo, 1), hi] whose power is below ``target`` (0 when none)."""
-    n = np.arange(max(lo, 1), hi + 1, dtype=np.int64)
-    failing = np.flatnonzero(_power(n, alpha, true_risk, level) < target) if n.size else n
-    return int(n[failing[-1]]) if failing.size else 0
+    """The largest n in [lo, hi] whose power is below ``target`` (0 when none).
+
+    The critical count k(n) is nondecreasing in n, in steps of one, and while it stays put
+    the power P[Bin(n, true_risk) <= k] falls as n grows. So the failing n of each run of
+    equal k(n) are its last ones, and the largest failing n is the end of the last run (cut
+    at hi) whose end fails: the power is evaluated at run ends only, about alpha * n of them.
+    Run ends come from each count's first passing n: a bisection on the p-value in n,
+    between the critical counts on a grid of every 64th n.
+    """
+    grid = np.unique(np.append(np.arange(lo, hi + 1, 64, dtype=np.int64), hi))  # brackets for the bisection
+    k_grid = _critical(grid, alpha, level)
+    k_lo, k_hi = int(k_grid[0]), int(k_grid[-1])
+    counts = np.arange(k_lo + 1, k_hi + 1, dtype=np.int64)  # the counts k(n) reaches after lo
+    at = np.searchsorted(k_grid, counts)  # the first grid n where k(n) >= count
+    fails, passes = grid[at - 1], grid[at]
+    while np.any(passes - fails > 1):  # first n with P[Bin(n, alpha) <= count] <= level
+        mid = (fails + passes) // 2
+        ok = _pvalue(counts, mid, alpha) <= level
+        fails, passes = np.where(ok, fails, mid), np.where(ok, mid, passes)
+    ends = np.append(passes - 1, hi)  # the last n of each run, k(n) = k_lo .. k_hi
+    power = _power_at(ends, np.arange(k_lo, k_hi + 1), true_risk)
+    failing = np.flatnonzero(power < target)
+    return int(ends[failing[-1]]) if failing.size else 0
