@@ -22,8 +22,6 @@ outcomes and the seed, so every worker follows the same one.
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 import numbers
 import signal
@@ -282,8 +280,8 @@ class Decoder:
             "package": __version__,
         }
         if legacy:
-            return content_keys(shared, [{"prompt": _prompt_identity(p)} for p in prompts])
-        return content_keys(shared, [{"prompt": _prompt_identity(p), "stop": stop_identity(self.cal, p)} for p in prompts])
+            return [content_key({**shared, "prompt": _prompt_identity(p)}) for p in prompts]
+        return [content_key({**shared, "prompt": _prompt_identity(p), "stop": stop_identity(self.cal, p)}) for p in prompts]
 
     def _warn_shared_keys(self, config: str, keys: Iterable[str]) -> None:
         """Two configs whose outcomes have the same key share them: say so once per pair (two
@@ -471,22 +469,6 @@ def _span(batch: Batch, prompts: list) -> str:
     if batch.prompts[-1] - batch.prompts[0] == len(batch.prompts) - 1:
         return f"prompts {first} .. {last}"
     return f"{len(prompts)} scheduled prompts from {first} to {last}"
-
-
-def content_keys(shared: Mapping[str, Any], parts: Sequence[Mapping[str, Any]]) -> list[str]:
-    """``[store.content_key({**shared, **part}) for part in parts]``, with the canonical JSON of
-    ``shared``'s values written once: a batch's keys differ only in the prompt, and a warm
-    rerun computes thousands of them. Same keys (tests/test_plugin_decode.py)."""
-    def encode(value: Any) -> str:
-        return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
-
-    fixed = {k: encode(v) for k, v in shared.items()}
-    keys = []
-    for part in parts:
-        fields = {**fixed, **{k: encode(v) for k, v in part.items()}}
-        blob = "{" + ",".join(f"{encode(k)}:{fields[k]}" for k in sorted(fields)) + "}"
-        keys.append(hashlib.sha256(blob.encode("utf-8")).hexdigest())
-    return keys
 
 
 def _suite_identity(cal: Calibration) -> dict[str, Any] | None:

@@ -7,8 +7,6 @@ from pathlib import Path
 
 import pytest
 import redline_fakes
-from hypothesis import example, given
-from hypothesis import strategies as st
 
 from pytest_redline.calibration import Level, prepare
 from pytest_redline.decode import DecodeError, Decoder
@@ -126,20 +124,3 @@ def test_batch_decoded_once_by_concurrent_decoders(folder: Path) -> None:
     assert not errors
     assert results["a"] == results["b"] == [True] * 16
     assert calls(folder) == [(10, ids(0, 16))]  # one decode of the reference's batch
-
-
-_json = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
-    max_leaves=8,
-)
-
-
-@given(st.dictionaries(st.text(max_size=6), _json, max_size=5),
-       st.lists(st.dictionaries(st.text(max_size=6), _json, max_size=3), max_size=4))
-@example({"engine": {"b": 1, "a": [1.5, None]}, "batch": {"size": 2}}, [{"prompt": {"id": "q1"}, "stop": ["\n"]}, {"engine": "x"}])
-def test_equivalent_content_keys_content_key(shared, parts):
-    from pytest_redline.decode import content_keys
-    from pytest_redline.store import content_key
-
-    assert content_keys(shared, parts) == [content_key({**shared, **part}) for part in parts]
