@@ -26,6 +26,7 @@ number of the tokens it fed, so the batch is stored as left-padded rows that may
 from __future__ import annotations
 
 import inspect
+import operator
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
@@ -344,14 +345,17 @@ class RowCache:
             self._tokens = [[] for _ in feeds]
             self._reset()
         cursor = self._cursor_t
-        if cursor is None:
-            cursor = torch.tensor([len(t) for t in self.tokens], dtype=torch.long, device=self.device)[:, None]
         if isinstance(feeds, torch.Tensor):
             (n, width), fewest, end = feeds.shape, feeds.shape[1], self.end + feeds.shape[1]
+            if cursor is None:
+                cursor = torch.tensor([len(t) for t in self.tokens], dtype=torch.long, device=self.device)[:, None]
         else:
-            sizes = [len(f) for f in feeds]
+            sizes, starts = [len(f) for f in feeds], [len(t) for t in self.tokens]
             n, width, fewest = len(feeds), max(sizes), min(sizes)
-            end = max(len(t) + k for t, k in zip(self.tokens, sizes))
+            end = max(map(operator.add, starts, sizes))
+            if cursor is None or width > 1:  # the cursors and the feeds' lengths in one copy
+                both = torch.tensor([starts, sizes], dtype=torch.long, device=self.device)[:, :, None]
+                cursor, advance = both.unbind(0) if cursor is None else (cursor, both[1])
         if fewest < keep:
             raise ValueError(f"{fewest} tokens fed to a row, {keep} logits asked for")
         if end >= self.capacity:  # the last column is the scratch column
@@ -363,19 +367,17 @@ class RowCache:
             ids, q_pos, advance = feeds, cursor + self.positions[None, :width] if width > 1 else cursor, width
             self.columns = q_pos
             self._fed.append(feeds)
-        else:
-            flat = torch.tensor([t for f in feeds for t in f], dtype=torch.long, device=self.device)
+        else:  # left-padded to the widest feed
+            ids = torch.tensor([f if len(f) == width else [self.pad_id] * (width - len(f)) + list(f) for f in feeds],
+                               dtype=torch.long, device=self.device)
             if width == 1:
-                ids, q_pos, advance = flat[:, None], cursor, 1
+                q_pos, advance = cursor, 1
                 self.columns = cursor
             else:  # offset of each slot in its row's feed; negative: left padding, written to the scratch column
-                advance = torch.tensor(sizes, dtype=torch.long, device=self.device)[:, None]
                 offset = self.positions[None, :width] - (width - advance)
                 q_valid = offset >= 0
                 q_pos = torch.where(q_valid, cursor + offset, 0)
                 self.columns = torch.where(q_valid, q_pos, self.capacity - 1)
-                ids = torch.full((n, width), self.pad_id, dtype=torch.long, device=self.device)
-                ids[q_valid] = flat
             for t, f in zip(self.tokens, feeds):
                 t.extend(f)
         self.rows = self._slots_by_shape.get((n, width))
