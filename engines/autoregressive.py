@@ -161,14 +161,15 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     """The length of the longest common prefix of ``a`` and ``b``. Rows that differ do so in their
     last few tokens (a rollback drops at most a round's), so the search gallops back from the
     end: list slices compare at C speed, and the last stretch is scanned."""
-    n = min(len(a), len(b))
-    if a[:n] == b[:n]:
+    a, b = (a, b) if len(a) <= len(b) else (b, a)
+    n = len(a)
+    if a == b[:n]:  # a cache's tokens are usually all kept: one copy to tell
         return n
     back = 1
     while (low := n - back) > 0 and a[:low] != b[:low]:
         back *= 2
-    low = max(low, 0)  # a[:low] == b[:low], and they differ before n
-    while a[low] == b[low]:
+    low = max(low, 0)  # a[:low] == b[:low]
+    while low < n and a[low] == b[low]:
         low += 1
     return low
 
@@ -325,7 +326,7 @@ class RowCache:
     def tokens(self) -> list[list[int]]:
         """Per row, the tokens whose K/V are cached."""
         if self._fed:  # tensor feeds are listed once, when asked for
-            for listed, new in zip(self._tokens, torch.cat(self._fed, 1).tolist()):
+            for listed, new in zip(self._tokens, (torch.cat(self._fed, 1) if len(self._fed) > 1 else self._fed[0]).tolist()):
                 listed.extend(new)
             self._fed = []
         return self._tokens
