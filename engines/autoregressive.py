@@ -455,9 +455,9 @@ def token_count(tokenizer, *models) -> int:
 
 
 def only_tokens(logits: torch.Tensor, tokens: int) -> torch.Tensor:
-    """``logits`` with the ids from ``tokens`` on (embedding padding) at -inf: never picked, no probability."""
+    """``logits`` with the ids from ``tokens`` on (embedding padding) at -inf, in place (the
+    engines pass the head's own output, which nothing else reads): never picked, no probability."""
     if logits.shape[-1] > tokens:
-        logits = logits.clone()
         logits[..., tokens:] = -torch.inf
     return logits
 
@@ -475,7 +475,7 @@ def greedy(model, requests: Sequence[Request], pad_id: int, recompute: bool = Fa
     row_cache = row_cache or RowCache
     cache = row_cache(model, len(running), pad_id, recompute, capacity=max((r.limit for r in running), default=1))
     while running:
-        logits = cache.forward([r.tokens[cache.cached(i) :] for i, r in enumerate(running)], keep=1)[:, -1]
+        logits = cache.forward([r.tokens[len(held) :] for r, held in zip(running, cache.tokens)], keep=1)[:, -1]
         if tokens is not None:
             logits = only_tokens(logits, tokens)
         for req, token in zip(running, logits.argmax(-1).tolist()):

@@ -47,19 +47,13 @@ from pytest_redline.engines.base import Generation
 from pytest_redline.engines.runtime import AR_DRAFT, AR_TARGET
 from pytest_redline.suites.base import Prompt
 
-def accepted_lengths(logits: torch.Tensor, proposals: torch.Tensor, cfg: SpecConfig,
-                     best: torch.Tensor | None = None, tokens: int | None = None) -> torch.Tensor:
-    """How many leading proposals each row keeps: ``logits`` (rows, γ+1, vocab), ``proposals`` (rows, γ).
-
-    ``best``: ``logits.argmax(-1)`` over the token ids, when the caller has it (the lossless rule
-    reads it); ``tokens``: ids from it on are embedding padding, out of the typical rule's softmax
-    (``autoregressive.only_tokens``).
-    """
+def accepted_lengths(logits: torch.Tensor, proposals: torch.Tensor, cfg: SpecConfig, best: torch.Tensor | None = None) -> torch.Tensor:
+    """How many leading proposals each row keeps: ``logits`` (rows, γ+1, vocab), ``proposals`` (rows, γ);
+    ``best``: ``logits.argmax(-1)``, when the caller has it (the lossless rule reads it)."""
     if cfg.acceptance == "lossless" or cfg.temperature == 0:
         keep = proposals == (logits[:, :-1].argmax(-1) if best is None else best[:, :-1])
     else:  # in log space: p(x) > min(ε, δ·exp(−H)), with log 0 = −inf, so ε = 0 keeps x even where p(x) underflows
         scores = logits[:, :-1].to(torch.promote_types(logits.dtype, torch.float32))
-        scores = only_tokens(scores, tokens) if tokens is not None else scores
         logp = (scores if cfg.temperature == 1 else scores / cfg.temperature).log_softmax(-1)  # x / 1 is x exactly
         entropy = torch.special.entr(logp.exp()).sum(-1)
         log_eps = math.log(cfg.posterior_threshold) if cfg.posterior_threshold > 0 else -math.inf
@@ -137,9 +131,9 @@ class SpeculativeEngine(SpeculativeSpec):
                 feeds = torch.cat([torch.tensor(unseen, dtype=torch.long, device=proposals.device), proposals], 1)
             else:
                 feeds = [u + p for u, p in zip(unseen, listed)]
-            logits = target.forward(feeds, keep=gamma + 1)
-            best = logits[..., : self.tokens].argmax(-1)  # the target's own token after each kept prefix (never a padding id)
-            kept = accepted_lengths(logits, proposals, cfg, best, self.tokens)
+            logits = only_tokens(target.forward(feeds, keep=gamma + 1), self.tokens)
+            best = logits.argmax(-1)  # the target's own token after each prefix of the proposals
+            kept = accepted_lengths(logits, proposals, cfg, best)
             own = best.gather(1, kept[:, None])
             for req, (n, token), props in zip(running, torch.cat([kept[:, None], own], 1).tolist(), listed):  # one device read
                 appended = req.append(props[:n] + [token])
