@@ -73,11 +73,10 @@ class GateHooks:
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None):
         """A grid item whose outcomes are settled runs by the short protocol (protocol.py)."""
         from pytest_redline.nodes import PromptItem
-        from pytest_redline.protocol import run_settled
 
         if not (isinstance(item, PromptItem) and item.settled() and self.short.applies(item)):
             return None
-        run_settled(item, nextitem, self.short.reraise)
+        self.short.run(item, nextitem)
         return True
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:

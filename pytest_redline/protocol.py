@@ -52,15 +52,24 @@ class ShortProtocol:
     def __init__(self, config: pytest.Config) -> None:
         self.enabled = not any(getattr(config.option, name, False) for name in SETUP_OPTIONS)
         self.reraise = (pytest.exit.Exception,) if config.getoption("usepdb", False) else (pytest.exit.Exception, KeyboardInterrupt)
-        self._inert: dict[Any, bool] = {}  # per item path (its conftests decide the hooks)
+        self._hooks: dict[Any, tuple[Any, bool]] = {}  # per item path: its hook proxy, whether the phase hooks are inert
 
     def applies(self, item: pytest.Item) -> bool:
         if not self.enabled or next(item.iter_markers(), None) is not None:
             return False
-        inert = self._inert.get(item.path)
-        if inert is None:
-            inert = self._inert[item.path] = inert_phase_hooks(item.ihook)
-        return inert
+        return self._hooks_of(item)[1]
+
+    def run(self, item: pytest.Item, nextitem: pytest.Item | None) -> None:
+        run_settled(item, nextitem, self._hooks_of(item)[0], self.reraise)
+
+    def _hooks_of(self, item: pytest.Item) -> tuple[Any, bool]:
+        """``item.ihook`` (the hooks of the conftests that apply to the item's path) and whether
+        its phase hooks are inert, once per path: where a conftest does not apply, each
+        ``item.ihook`` is a new proxy that builds each hook it is asked for again."""
+        if item.path not in self._hooks:
+            ihook = item.ihook
+            self._hooks[item.path] = (ihook, inert_phase_hooks(ihook))
+        return self._hooks[item.path]
 
 
 def inert_phase_hooks(ihook: Any) -> bool:
@@ -72,9 +81,9 @@ def _owner(plugin: Any) -> str:
     return plugin.__name__ if isinstance(plugin, types.ModuleType) else type(plugin).__module__
 
 
-def run_settled(item: pytest.Item, nextitem: pytest.Item | None, reraise: tuple[type[BaseException], ...]) -> None:
-    """``_pytest.runner.runtestprotocol`` for ``item`` without the phase hooks."""
-    ihook, session = item.ihook, item.session
+def run_settled(item: pytest.Item, nextitem: pytest.Item | None, ihook: Any, reraise: tuple[type[BaseException], ...]) -> None:
+    """``_pytest.runner.runtestprotocol`` for ``item`` without the phase hooks (``ihook``: ``item.ihook``)."""
+    session = item.session
     ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
     if _phase(ihook, item, "setup", lambda: session._setupstate.setup(item), reraise).passed:
         _phase(ihook, item, "call", item.runtest, reraise)
