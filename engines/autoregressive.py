@@ -334,13 +334,15 @@ class RowCache:
     def cached(self, row: int) -> int:
         return len(self.tokens[row])
 
-    @torch.no_grad()  # the layers' K/V are views of one buffer, which autograd could not write in place
     def forward(self, feeds: Sequence[Sequence[int]] | torch.Tensor, keep: int) -> torch.Tensor:
         """Feed row ``r`` the tokens ``feeds[r]`` (at least ``keep`` each); their last ``keep`` logits.
 
         ``feeds`` may also be a ``(rows, width)`` tensor of ids, when every row is fed ``width``
         tokens: then nothing is padded or listed (the draft's one-token steps, the target's rounds).
         """
+        if torch.is_grad_enabled():  # the layers' K/V are views of one buffer, which autograd could not write in place
+            with torch.no_grad():
+                return self.forward(feeds, keep)
         if self.recompute:
             feeds = [self.tokens[r] + list(f) for r, f in enumerate(feeds.tolist() if isinstance(feeds, torch.Tensor) else feeds)]
             self._tokens = [[] for _ in feeds]
