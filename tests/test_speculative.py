@@ -218,7 +218,7 @@ def reference_decode(engine: SpeculativeEngine, prompt, cfg: SpecConfig) -> tupl
 # posterior_alpha >= 1 can reject the target's own argmax: the token appended is then the rejected
 # proposal, whose K/V both caches hold; each keeps all but the last token (whose logits the next
 # forward needs). Before, the next forward had no token to feed a row and raised.
-ALPHA_ABOVE_ONE = {**TYPICAL, "posterior_threshold": 1.0, "posterior_alpha": 10.0}
+ALPHA_ABOVE_ONE = {**TYPICAL, "posterior_threshold": 1.0, "posterior_alpha": 10.0, "max_new_tokens": 16}  # (raised before, at 16 too)
 
 
 @pytest.mark.parametrize("params", [LOSSLESS, TYPICAL, {**TYPICAL, "posterior_threshold": 0.4, "num_draft_tokens": 2}, ALPHA_ABOVE_ONE],
