@@ -231,6 +231,9 @@ class KVStore:
         """Give ``layer`` the views of its slot (its place in ``layers``)."""
         layer.store, layer.slot = self, len(self.layers)
         self.layers.append(layer)
+        self._view(layer)
+
+    def _view(self, layer: RowLayer) -> None:
         layer.keys, layer.values = self.kv[:, layer.slot, 0], self.kv[:, layer.slot, 1]
 
     def reserve(self, width: int, capacity: int) -> None:
@@ -241,7 +244,7 @@ class KVStore:
             grown[:, :, :, : self.kv.shape[3]] = self.kv
             self.kv = grown
             for layer in self.layers:
-                layer.keys, layer.values = self.kv[:, layer.slot, 0], self.kv[:, layer.slot, 1]
+                self._view(layer)
         if width > self.zeroed:
             self.kv[:, :, :, self.zeroed : width] = 0
             self.zeroed = width

@@ -328,6 +328,20 @@ def test_requests_encoded_in_one_batch_hold_the_ids_each_prompt_encodes_to(engin
     assert [r.limit for r in requests] == [len(r.tokens) + 8 for r in requests]
 
 
+def test_a_cache_that_outgrows_its_capacity_keeps_every_row(engine) -> None:
+    """The store grows (a copy) when a forward passes its capacity: the logits equal a fresh
+    forward over each row's tokens."""
+    cache = RowCache(engine.target, 2, engine.pad_id, capacity=4)
+    rows = [[11, 12, 13], [21, 22]]
+    cache.forward(rows, keep=1)
+    more = [[14, 15, 16, 17], [23, 24, 25, 26]]
+    logits = cache.forward(torch.tensor(more), keep=2)
+    assert cache.capacity > 4 and cache.stores[0].kv.shape[3] == cache.capacity
+    for i, (first, then) in enumerate(zip(rows, more)):
+        fresh = engine.target(torch.tensor([first + then])).logits[0, -2:]
+        torch.testing.assert_close(logits[i], fresh, rtol=1e-9, atol=1e-9)
+
+
 def test_a_refilled_slot_holds_the_moved_row_in_every_layer_and_store(engine) -> None:
     """A model's layers share one K/V store (a refill is one copy per row); a layer shaped
     otherwise gets a store of its own; a finished row's slot then holds the moved row's K/V in
