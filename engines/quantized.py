@@ -28,7 +28,7 @@ import torch
 from transformers import AutoModelForCausalLM, BitsAndBytesConfig
 
 from pytest_redline.engines import memory, modeling, runtime
-from pytest_redline.engines.autoregressive import Request, eos_ids, generation, greedy, new_request, set_threads, token_count
+from pytest_redline.engines.autoregressive import Request, eos_ids, generation, greedy, new_requests, set_threads, token_count
 from pytest_redline.engines.autoregressive_spec import QuantizedSpec, absmax_dtype, quantization_runtime, quantized_config
 from pytest_redline.engines.base import Generation
 from pytest_redline.engines.runtime import AR_TARGET
@@ -84,7 +84,7 @@ class QuantizedEngine(QuantizedSpec):
     def generate(self, prompts: Sequence[Prompt], config: Mapping[str, Any]) -> list[Generation]:
         cfg = quantized_config(config)
         model = self.model(cfg["quantization"])
-        requests = [new_request(self.tokenizer, p, cfg["max_new_tokens"], self.eos, self.name) for p in prompts]
+        requests = new_requests(self.tokenizer, prompts, cfg["max_new_tokens"], self.eos, self.name)
         peak = self._decode(model, requests)
         extra = {"memory": float(self._memory["total"]), "memory_scales": float(self._memory["scales"])}
         if peak is not None:

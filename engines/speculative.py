@@ -40,7 +40,7 @@ import torch
 
 from pytest_redline.engines import modeling, runtime
 from pytest_redline.engines.autoregressive import (
-    Request, RowCache, eos_ids, fill_order, generation, new_request, only_tokens, set_threads, token_count,
+    Request, RowCache, eos_ids, fill_order, generation, new_request, new_requests, only_tokens, set_threads, token_count,
 )
 from pytest_redline.engines.autoregressive_spec import SpecConfig, SpeculativeSpec, check_same_tokenizer
 from pytest_redline.engines.base import Generation
@@ -105,8 +105,6 @@ class SpeculativeEngine(SpeculativeSpec):
 
     def generate(self, prompts: Sequence[Prompt], config: Mapping[str, Any]) -> list[Generation]:
         cfg = SpecConfig.from_params(config)
-        from pytest_redline.engines.autoregressive import new_requests  # (the imports above belong to the model-free part)
-
         requests = new_requests(self.tokenizer, prompts, cfg.max_new_tokens, self.eos, self.name)
         self.decode(requests, cfg)
         return [self._generation(r) for r in requests]

@@ -73,6 +73,11 @@ class EngineBook:
             self._engines[key] = engine
         return self._engines[key]
 
+    @property
+    def built_any(self) -> bool:
+        """Whether this session built (or tried to build) an engine."""
+        return bool(self._engines or self._failures)
+
     def known_identity(self, name: str, args: Mapping[str, Any]) -> dict[str, Any] | None:
         """The identity if this session has computed it, else None (never builds an engine)."""
         return self._identities.get(args_key(name, args))

@@ -51,6 +51,7 @@ class GateHooks:
 
     def __init__(self, gate: "Gate", worker: bool, short: "ShortProtocol") -> None:
         self.gate, self.worker, self.short = gate, worker, short
+        self.only_grid_items = True  # no test of the user's ran in this process
 
     def pytest_collect_file(self, file_path, parent):
         if self.gate.is_grid(file_path):
@@ -74,10 +75,19 @@ class GateHooks:
         """A grid item whose outcomes are settled runs by the short protocol (protocol.py)."""
         from pytest_redline.nodes import PromptItem
 
-        if not (isinstance(item, PromptItem) and item.settled() and self.short.applies(item)):
+        if not isinstance(item, PromptItem):
+            self.only_grid_items = False
+            return None
+        if not (item.settled() and self.short.applies(item)):
             return None
         self.short.run(item, nextitem)
         return True
+
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        if self.only_grid_items and not self.gate.engines.built_any:
+            from pytest_redline.protocol import spare_exit_collections
+
+            spare_exit_collections(config)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if not self.worker:

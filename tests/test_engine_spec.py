@@ -70,8 +70,19 @@ configs:
 deploy: fastest
 batch_size: 24
 """
-PROBE = ("import sys, pytest; rc = pytest.main(sys.argv[1:]); "
-         "print('IMPORTED', sorted(m for m in ('torch', 'transformers') if m in sys.modules)); sys.exit(rc)")
+PROBE = """
+import sys, pytest
+from _pytest.unraisableexception import gc_collect_iterations_key
+
+class Probe:
+    @pytest.hookimpl(trylast=True)
+    def pytest_unconfigure(self, config):
+        print("EXIT_COLLECTIONS", config.stash.get(gc_collect_iterations_key, "default"))
+
+rc = pytest.main(sys.argv[1:], plugins=[Probe()])
+print("IMPORTED", sorted(m for m in ("torch", "transformers") if m in sys.modules))
+sys.exit(rc)
+"""
 
 
 def test_warm_rerun_imports_no_torch_or_transformers(tmp_path: Path):
@@ -81,18 +92,19 @@ def test_warm_rerun_imports_no_torch_or_transformers(tmp_path: Path):
     args = ["-q", "-p", "no:cacheprovider", "--redline-alpha=0.3", f"--redline-grid={grid}", f"--redline-cache-dir={tmp_path / 'store'}"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
 
-    def gate(report: str) -> tuple[str, dict]:
+    def gate(report: str) -> tuple[list[str], dict]:
         run = subprocess.run([sys.executable, "-c", PROBE, *args, f"--redline-report={tmp_path / report}"],
                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
         assert run.returncode in (0, 1), run.stdout[-2000:] + run.stderr[-2000:]
-        line = next(line for line in run.stdout.splitlines() if line.startswith("IMPORTED"))
-        return line, json.loads((tmp_path / report).read_text())
+        lines = [line for line in run.stdout.splitlines() if line.startswith(("IMPORTED", "EXIT_COLLECTIONS"))]
+        return lines, json.loads((tmp_path / report).read_text())
 
-    cold_imports, cold = gate("cold.json")
-    assert "'torch'" in cold_imports  # the cold run decoded
-    warm_imports, warm = gate("warm.json")
+    cold_lines, cold = gate("cold.json")
+    assert "'torch'" in cold_lines[1]  # the cold run decoded
+    assert cold_lines[0] == "EXIT_COLLECTIONS default"  # an engine ran: pytest's five passes at exit
+    warm_lines, warm = gate("warm.json")
     assert warm["outcomes"]["decoded"] == 0 and warm["outcomes"]["reused"] == cold["outcomes"]["decoded"] > 0
-    assert warm_imports == "IMPORTED []"
+    assert warm_lines == ["EXIT_COLLECTIONS 1", "IMPORTED []"]  # only settled items ran: one pass
 
 
 @pytest.mark.parametrize("gpu_node", [False, True], ids=["no-gpu-driver", "gpu-driver-node"])
