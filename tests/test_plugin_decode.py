@@ -124,3 +124,26 @@ def test_batch_decoded_once_by_concurrent_decoders(folder: Path) -> None:
     assert not errors
     assert results["a"] == results["b"] == [True] * 16
     assert calls(folder) == [(10, ids(0, 16))]  # one decode of the reference's batch
+
+
+def test_decoding_pauses_automatic_gc_and_restores_it(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An engine decodes a batch with Python's automatic collection paused, which is on again
+    after the batch (and stays off after it where the caller had turned it off)."""
+    import gc
+
+    d = decoder(folder)
+    engine = d.engines.get(*d.cal.engines["fast"])
+    seen = []
+    generate = engine.generate
+    monkeypatch.setattr(engine, "generate", lambda prompts, config: seen.append(gc.isenabled()) or generate(prompts, config))
+    assert gc.isenabled()
+    d.need("fast", 0)
+    d.outcome("fast", 0)
+    assert seen == [False] and gc.isenabled()
+    gc.disable()
+    try:
+        d.need("fast", 39)
+        d.outcome("fast", 39)
+        assert seen == [False, False] and not gc.isenabled()
+    finally:
+        gc.enable()
