@@ -45,7 +45,6 @@ def _mark(name):
     _marks.append((name, time.process_time()))
 
 
-
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config):
     _mark("configure")
