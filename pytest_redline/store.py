@@ -137,7 +137,7 @@ class OutcomeStore:
         missing = {"outcomes", "leases"} - tables
         if missing:
             raise self._error(f"damaged: tables {', '.join(sorted(missing))} are missing")
-        self._con.execute("PRAGMA journal_mode = WAL")
+        self._journal_wal()
         self._con.execute("PRAGMA synchronous = NORMAL")
 
     def _migrate_1(self) -> int:
@@ -153,6 +153,21 @@ class OutcomeStore:
 
     def _tables(self) -> set[str]:
         return {row[0] for row in self._con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+
+    def _journal_wal(self) -> None:
+        """The WAL journal (persistent in the file). Switching to it needs every other connection
+        idle, and SQLite answers "database is locked" at once instead of waiting for them: when
+        several processes open a new store together (xdist workers), retry until the busy
+        timeout. A store already in WAL answers at once."""
+        deadline = time.monotonic() + BUSY_TIMEOUT_S
+        while True:
+            try:
+                self._con.execute("PRAGMA journal_mode = WAL")
+                return
+            except sqlite3.OperationalError as e:
+                if "locked" not in str(e) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.01)
 
     @contextmanager
     def _immediate(self) -> Iterator[None]:
