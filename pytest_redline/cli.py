@@ -45,7 +45,7 @@ def add_select(subparsers: Any) -> None:
 
 
 def run_select(args: argparse.Namespace) -> int:
-    from pytest_redline import risk
+    from pytest_redline import redline_table, risk
 
     data = load_outcomes(args)
     # One sweep: the chosen budget first, then the alpha_min grid.
@@ -56,7 +56,7 @@ def run_select(args: argparse.Namespace) -> int:
         print_json({**result.to_dict(alpha_min=amin), "cost": data.cost_kind})
     else:
         print(f"{args.outcomes}: cost {data.cost_kind}")
-        print(result)
+        print(redline_table.render(result))
         print(f"alpha_min: {amin if amin is not None else 'none on 0.01 .. 0.30'}")
     return EXIT_OK
 

@@ -19,7 +19,7 @@ import numpy as np
 from scipy import special
 
 from pytest_redline.checks import open_unit, positive_int
-from pytest_redline.risk import _critical, _pvalue, _scalar
+from pytest_redline.risk.binomial import _critical, _pvalue, _scalar
 
 __all__ = ["power", "prompts_needed", "prompts_needed_approx"]
 

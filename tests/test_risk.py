@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from pytest_redline import planning, risk
+from pytest_redline import planning, redline_table, risk
 
 
 def exact_log_cdf(v, n, alpha):
@@ -293,7 +293,7 @@ def test_rejects_bad_arguments_certify(kwargs, match):
 
 def test_readable_table_result():
     correct, cost = small_problem()
-    text = str(risk.certify(correct, cost, 0, 0.5, 0.5, names=["ref", "same", "fast"]))
+    text = redline_table.render(risk.certify(correct, cost, 0, 0.5, 0.5, names=["ref", "same", "fast"]))
     lines = text.splitlines()
     assert lines[0].startswith("Redline: alpha=0.5 delta=0.5 holm (family: all), n=10 prompts, m=3 configs")
     assert any(line.lstrip().startswith("R") and "ref" in line for line in lines)
@@ -349,10 +349,10 @@ def test_no_torch_or_pytest_import_risk():
     code = (
         "import sys; sys.modules['torch'] = None; sys.modules['pytest'] = None\n"
         "import numpy as np\n"
-        "from pytest_redline import risk, planning, outcomes, cli\n"
+        "from pytest_redline import risk, planning, outcomes, cli, redline_table\n"
         "r = risk.certify(np.eye(3, dtype=bool), [1.0, 2.0, 3.0], 0, 0.5, 0.5)\n"
         "risk.alpha_min(np.eye(3, dtype=bool), [1.0, 2.0, 3.0], 0)\n"
-        "planning.prompts_needed(0.05, 0.03, 8); risk.clopper_pearson_interval(3, 10); str(r)\n"
+        "planning.prompts_needed(0.05, 0.03, 8); risk.clopper_pearson_interval(3, 10); redline_table.render(r)\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
 
@@ -360,5 +360,10 @@ def test_no_torch_or_pytest_import_risk():
 def test_examples_hold_risk_docstrings():
     import doctest
 
-    failures, tried = doctest.testmod(risk)
+    from pytest_redline.risk import binomial, certification, corrections, result
+
+    failures = tried = 0
+    for module in (risk, binomial, corrections, result, certification):
+        f, t = doctest.testmod(module)
+        failures, tried = failures + f, tried + t
     assert tried >= 6 and failures == 0

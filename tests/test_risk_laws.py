@@ -8,6 +8,7 @@ from scipy import stats
 from statsmodels.stats.multitest import multipletests
 
 from pytest_redline import risk
+from pytest_redline.risk import binomial, corrections
 
 alphas = st.floats(min_value=1e-9, max_value=1 - 1e-9)
 deltas = st.floats(min_value=1e-6, max_value=0.999)
@@ -150,7 +151,7 @@ def test_equivalent_holm_adjusted_threshold(p, delta):
 @example([0.23 / 3, 1.0, 1.0], 0.23 / 3)
 def test_equivalent_bonferroni_adjusted_threshold(p, delta):
     """Bonferroni rejects exactly where its adjusted p-value (the report's p_adj) is at most delta."""
-    adjusted = risk._bonferroni_adjusted_rows(np.asarray(p, dtype=float), np.ones(len(p), dtype=bool))
+    adjusted = corrections._bonferroni_adjusted_rows(np.asarray(p, dtype=float), np.ones(len(p), dtype=bool))
     assert np.array_equal(risk.bonferroni(p, delta), adjusted <= delta)
 
 
@@ -302,7 +303,7 @@ def _critical_by_bisection(n, alpha, level):
     lo, hi = np.full(n.shape, -1, dtype=np.int64), n.copy()
     while np.any(hi - lo > 1):
         mid = (lo + hi) // 2
-        passes = risk._pvalue(mid, n, alpha) <= level
+        passes = binomial._pvalue(mid, n, alpha) <= level
         lo, hi = np.where(passes, mid, lo), np.where(passes, hi, mid)
     return lo
 
@@ -314,7 +315,7 @@ def _critical_by_bisection(n, alpha, level):
 @example([7, 10**6], 1 - 1e-9, 0.999)
 def test_equivalent_critical_count_bisection(ns, alpha, level):
     n = np.array(ns)
-    assert risk._critical(n, alpha, level).tolist() == _critical_by_bisection(n, alpha, level).tolist()
+    assert binomial._critical(n, alpha, level).tolist() == _critical_by_bisection(n, alpha, level).tolist()
 
 
 def _prompts_needed_full_scan(alpha, true_risk, m, delta, power):
@@ -326,7 +327,7 @@ def _prompts_needed_full_scan(alpha, true_risk, m, delta, power):
     while True:
         n = np.arange(1, hi + 1, dtype=np.int64)
         k = _critical_by_bisection(n, alpha, level)
-        failing = np.flatnonzero(np.where(k < 0, 0.0, risk._pvalue(np.maximum(k, 0), n, true_risk)) < power)
+        failing = np.flatnonzero(np.where(k < 0, 0.0, binomial._pvalue(np.maximum(k, 0), n, true_risk)) < power)
         last_fail = int(n[failing[-1]]) if failing.size else 0
         if 2 * last_fail < hi:
             return last_fail + 1
