@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import sys
 from pathlib import Path
 
 import torch
@@ -83,7 +84,9 @@ def sdar(folder: str | Path, seed: int = 0, std: float = 0.4, peak: float = 1.0,
 
 def _char_tokenizer(folder: str | Path):
     """Create ``folder`` and save the character tokenizer into it: ``(folder, tokenizer)``."""
-    from pytest_redline.engines.tokenizer import build_tokenizer
+    if str(ROOT) not in sys.path:  # training/ is not installed; run as a script, this folder is on sys.path
+        sys.path.insert(0, str(ROOT))
+    from training.tokenizer import build_tokenizer
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)

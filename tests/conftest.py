@@ -16,8 +16,8 @@ def tiny_folder(tmp_path_factory):
     """
     import torch
 
-    from pytest_redline.engines.modeling import ModelConfig, build_model
-    from pytest_redline.engines.tokenizer import build_tokenizer
+    from training.model import ModelConfig, build_model
+    from training.tokenizer import build_tokenizer
 
     torch.manual_seed(0)
     tokenizer = build_tokenizer()

@@ -1,4 +1,4 @@
-"""The distillation command (engines/distill.py), its training terms (engines/train.py) and the
+"""The distillation command (training/distill.py), its training terms (training/train.py) and the
 shipped checkpoint grid (grids/checkpoints.yaml). No training runs here: the decode step runs on a
 fake engine, the loss terms on small tensors, and the shipped folder is checked by its files."""
 import dataclasses
@@ -10,11 +10,11 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from pytest_redline.engines import distill, train
 from pytest_redline.engines.base import Generation
 from pytest_redline.engines.diffusion_spec import DecodeConfig
 from pytest_redline.grid import load_grid
 from pytest_redline.suites.arithmetic import Problem, split_of
+from training import distill, train
 
 ROOT = Path(__file__).resolve().parent.parent
 GRID = ROOT / "grids" / "checkpoints.yaml"
@@ -124,6 +124,7 @@ def test_integrity_shipped_distilled_checkpoint():
     assert record["data"]["split"] == "train" and record["data"]["kept"] > 0
 
 
+@pytest.mark.slow  # trains
 def test_roundtrip_distill_folder(tmp_path, monkeypatch):
     """The whole command from bd-tiny (8 problems, 2 steps of batch 4): the folder loads through
     the Auto classes, SHA256SUMS matches it, and training.json names the teacher by its weights'
@@ -135,11 +136,10 @@ def test_roundtrip_distill_folder(tmp_path, monkeypatch):
     teacher = runtime.EMBEDDED_MODEL
     monkeypatch.chdir(tmp_path)
     threads = torch.get_num_threads()
-    (tmp_path / "g.yaml").write_text(
-        f"name: g\nsuite: arithmetic\nengine: block_diffusion\nengine_args: {{model: {teacher}, device: cpu}}\n"
-        "cost: tpf\nreference: fast\nconfigs:\n  fast: {accept_threshold: 0.5}\nbatch_size: 4\n"
+    cfg = distill.DistillConfig(
+        out=str(tmp_path / "out"), teacher=str(teacher), params={"accept_threshold": 0.5}, decode_batch_size=4,
+        device="cpu", n=8,
     )
-    cfg = distill.DistillConfig(out=str(tmp_path / "out"), grid="g.yaml", n=8)
     recipe = dataclasses.replace(distill.RECIPE, steps=2, eval_every=2, batch_size=4, pool_batches=2)
     try:
         record = distill.distill(cfg, recipe)
@@ -153,6 +153,6 @@ def test_roundtrip_distill_folder(tmp_path, monkeypatch):
     saved = json.loads((out / "training.json").read_text())
     assert saved["distillation"] == json.loads(json.dumps(record))
     assert record["teacher"]["weights_sha256"] == runtime.fingerprint(teacher)
-    assert record["decode"]["config"] == "fast" and record["decode"]["params"]["accept_threshold"] == 0.5
+    assert record["decode"]["params"] == {"accept_threshold": 0.5} and record["decode"]["batch_size"] == 4
     assert record["data"]["decoded"] == 8 and record["data"]["kept"] == record["data"]["correct"] > 0
     assert saved["step"] == 2 and saved["config"]["block_sizes"] == [8]

@@ -5,9 +5,10 @@ import pytest
 import torch
 
 from pytest_redline.engines import modeling, runtime
-from pytest_redline.engines.modeling import ModelConfig, block_causal_mask, build_model, two_copy_mask
-from pytest_redline.engines.tokenizer import build_tokenizer
-from pytest_redline.engines.train import TrainConfig, train
+from pytest_redline.engines.modeling import block_causal_mask
+from training.model import ModelConfig, build_model, two_copy_mask
+from training.tokenizer import build_tokenizer
+from training.train import TrainConfig, train
 
 TINY = ModelConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64)
 
@@ -105,6 +106,7 @@ def test_auto_device_dtype_selection():
         modeling.load("/nonexistent/folder")
 
 
+@pytest.mark.slow  # trains
 def test_deterministic_training_for_seed(tmp_path):
     weights = []
     for run in ("a", "b"):

@@ -2,7 +2,7 @@
 from hypothesis import given, strategies as st
 from transformers import AutoTokenizer
 
-from pytest_redline.engines.tokenizer import CHARACTERS, SPECIALS, build_tokenizer
+from training.tokenizer import CHARACTERS, SPECIALS, build_tokenizer
 from pytest_redline.suites.arithmetic import ArithmeticSuite
 
 TOKENIZER = build_tokenizer()
@@ -35,3 +35,16 @@ def test_roundtrip_save_load(tmp_path):
     assert loaded(text).input_ids == TOKENIZER(text).input_ids
     assert (loaded.mask_token_id, loaded.eos_token_id, loaded.pad_token_id) == (1, 2, 0)
     assert loaded.decode(loaded(text).input_ids + [2], skip_special_tokens=True) == text
+
+
+def test_shipped_folders_need_no_tokenizer_code():
+    """The engines load each shipped folder's tokenizer.json through AutoTokenizer: the same ids as
+    training/tokenizer.py builds, so nothing installed needs that module."""
+    from pathlib import Path
+
+    models = Path(__file__).resolve().parent.parent / "engines" / "models"
+    text = "347+589=7+9+0=16#936\n(12-3)*4"
+    for name in ("bd-tiny", "bd-tiny-distilled", "ar-target", "ar-draft"):
+        loaded = AutoTokenizer.from_pretrained(models / name, local_files_only=True)
+        assert loaded(text).input_ids == TOKENIZER(text).input_ids, name
+        assert loaded.convert_ids_to_tokens(list(range(5))) == list(SPECIALS), name

@@ -1,13 +1,13 @@
 """Train the embedded block-diffusion Llama on the arithmetic suite's train split.
 
-    python -m pytest_redline.engines.train --out engines/models/bd-tiny --steps 1000 --causal-warmup 500 --seed 0
+    python -m training train --out engines/models/bd-tiny --steps 1000 --causal-warmup 500 --seed 0
 
 Read top to bottom: the config, the data, the objective, the loop. Deterministic for a seed on a
 given machine (fixed thread count, seeded data stream, seeded noise).
 
 The block-diffusion objective (``objective = "bd"``) trains every block of a sequence at once:
 the input is ``[noised copy | clean copy]`` (2L tokens, duplicated position ids) under
-``modeling.two_copy_mask``, so noised block k sees itself and the clean blocks before it, which
+``training.model.two_copy_mask``, so noised block k sees itself and the clean blocks before it, which
 is "prefix clean, block noised, suffix absent" for each block. Per batch the block size is drawn
 from ``block_sizes``; per block the masking ratio is U(0, 1); answer tokens are masked with that
 ratio (prompt tokens never are), and a share ``edit_prob`` of the still-visible answer tokens is
@@ -19,7 +19,7 @@ The first ``causal_warmup`` steps use block size 1 with every answer token maske
 prediction from the clean prefix, where fetching operand digits is learnt quickly; the
 block-diffusion phase then starts from a model that already reads the prompt.
 
-Self-distillation (``python -m pytest_redline.engines.train distill``, ``engines/distill.py``) runs
+Self-distillation (``python -m training distill``, ``training/distill.py``) runs
 this loop on engine-decoded targets (``targets``), with mostly masked blocks (``mask_floor``) and a
 certainty term (``confidence_weight``); all three are off by default.
 
@@ -43,9 +43,9 @@ import torch
 import torch.nn.functional as F
 from transformers import AutoModelForCausalLM
 
-from pytest_redline.engines.modeling import ModelConfig, build_model, two_copy_mask
-from pytest_redline.engines.tokenizer import SPECIALS, build_tokenizer
 from pytest_redline.suites.arithmetic import Problem, stream
+from training.model import ModelConfig, build_model, two_copy_mask
+from training.tokenizer import SPECIALS, build_tokenizer
 
 
 @dataclass
@@ -65,7 +65,7 @@ class TrainConfig:
     block_sizes: tuple[int, ...] = (4, 8, 16)
     causal_warmup: int = 500  # first steps: block size 1, every answer token masked (= next-token training)
     edit_prob: float = 0.05
-    targets: str = ""  # a JSONL of decoded targets (engines/distill.py) that replaces the train stream
+    targets: str = ""  # a JSONL of decoded targets (training/distill.py) that replaces the train stream
     mask_floor: float = 0.0  # per-block masking ratio from U(mask_floor, 1) instead of U(0, 1)
     confidence_weight: float = 0.0  # weight of the certainty term (entropy where the argmax is right)
     eval_every: int = 200
@@ -288,12 +288,6 @@ def parse_args(argv=None, defaults: TrainConfig | None = None, prog: str | None 
     return TrainConfig(**ns, model=model)
 
 
-if __name__ == "__main__":
-    import sys
 
-    if sys.argv[1:2] == ["distill"]:  # self-distillation on engine-decoded targets (engines/distill.py)
-        from pytest_redline.engines.distill import main
-
-        main(sys.argv[2:])
-    else:
-        train(parse_args())
+def main(argv=None) -> None:
+    train(parse_args(argv, prog="python -m training train"))

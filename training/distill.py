@@ -1,14 +1,15 @@
 """Self-distillation of a block-diffusion checkpoint toward committing more tokens per forward.
 
-    python -m pytest_redline.engines.train distill --out engines/models/bd-tiny-distilled
+    python -m training distill --out engines/models/bd-tiny-distilled
 
 The paper's recipe ("distilled toward committing more tokens in each forward, on multi-block
 targets that the engine decodes with its own confidence rule"), in four steps:
 
 1. **Decode.** The multi-block engine (``engines/block_diffusion.py``) decodes ``n`` distinct
-   problems of the arithmetic suite's *train* split with the teacher checkpoint, at one config of
-   a grid file (default: the reference of ``redline.yaml``, acc95/semi90, block 8, buffer 2), in
-   batches of the grid's size, in prompt order. The train split is disjoint from calibration and
+   problems of the arithmetic suite's *train* split with the teacher checkpoint, with the decoding
+   settings given as arguments (``--params``, the engine's config parameters as in a grid; default:
+   the reference of ``redline.yaml``, acc95/semi90, block 8, buffer 2), in batches of
+   ``--decode-batch-size`` (default 64, that grid's), in prompt order. The train split is disjoint from calibration and
    test by construction: ``suites/arithmetic.py`` puts a problem in a split by a hash of its text
    (80 % train, 10 % calibration, 10 % test), and ``ArithmeticSuite(split="train")`` draws only
    problems whose hash says train; this command checks that hash again for every target.
@@ -17,7 +18,7 @@ targets that the engine decodes with its own confidence rule"), in four steps:
    default because the certainty term below sharpens whatever it is trained on: on a wrong target
    it would make the teacher's mistakes confident, and a confident mistake is committed at every
    threshold, which is exactly a violation of the gate.
-3. **Fine-tune** from the teacher with ``engines/train.py``'s loop and its block-diffusion loss,
+3. **Fine-tune** from the teacher with ``training/train.py``'s loop and its block-diffusion loss,
    on the targets (``TrainConfig.targets``), at the decode config's block size, with mostly
    masked blocks (``mask_floor``: the masking ratio is U(floor, 1), as a block the engine has just
    admitted is all MASK) and the certainty term (``confidence_weight``: the entropy of the
@@ -25,7 +26,7 @@ targets that the engine decodes with its own confidence rule"), in four steps:
    sure of several positions of a block at once, which is what lets a confidence rule commit
    them in one forward.
 4. **Write** the checkpoint folder (``save_pretrained``) with ``training.json`` (the teacher and
-   its weights' sha256, the decode config, the engine's source and git commit, the data and the
+   its weights' sha256, the decoding settings, the engine's source and git commit, the data and the
    training record) and ``SHA256SUMS``. ``MODEL_CARD.md`` is written by hand and survives reruns.
 
 Any ``TrainConfig`` option (``--steps``, ``--lr``, ``--mask-floor``, ...) may follow; the defaults
@@ -40,27 +41,30 @@ import hashlib
 import json
 import subprocess
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
-from pytest_redline.engines import modeling, train
+from pytest_redline.engines import modeling, runtime
 from pytest_redline.engines.block_diffusion import BlockDiffusionEngine
 from pytest_redline.engines.diffusion_spec import DecodeConfig
-from pytest_redline.grid import load_grid
 from pytest_redline.suites.arithmetic import ArithmeticSuite, split_of
+from training import train
 
 KEEP = ("correct", "all")
+# redline.yaml's reference config acc95/semi90 (the engine's defaults), which decoded the shipped targets
+REFERENCE_PARAMS = {"accept_threshold": 0.95, "semi_complete_threshold": 0.90}
 ENGINE_SOURCES = ("engines/block_diffusion.py", "engines/diffusion_spec.py", "engines/modeling.py", "engines/autoregressive.py")
 
 
 @dataclass
 class DistillConfig:
     out: str = "engines/models/bd-tiny-distilled"
-    grid: str = "redline.yaml"  # the grid whose config decodes the targets
-    config: str = ""  # a config name of the grid; default: its reference
-    teacher: str = ""  # default: the grid's engine_args.model
+    teacher: str = ""  # default: the shipped engines/models/bd-tiny
+    params: dict = field(default_factory=lambda: dict(REFERENCE_PARAMS))  # the decoding settings
+    decode_batch_size: int = 64
+    device: str = "auto"
     n: int = 2048  # distinct train-split problems decoded
     data_seed: int = 0  # of the train-split problems (--seed is the training seed)
     keep: str = "correct"
@@ -68,9 +72,11 @@ class DistillConfig:
 
 HELP = {
     "out": "the checkpoint folder to write (default %(default)s)",
-    "grid": "the grid whose config decodes the targets (default %(default)s)",
-    "config": "a config of that grid (default: its reference)",
-    "teacher": "the checkpoint to decode with and start from (default: the grid's engine_args.model)",
+    "teacher": "the checkpoint to decode with and start from (default: the shipped engines/models/bd-tiny)",
+    "params": "the decoding settings, a JSON object of the block_diffusion engine's parameters as a "
+              "grid config gives them (default: %(default)s, redline.yaml's reference)",
+    "decode_batch_size": "prompts decoded per batch (default %(default)s)",
+    "device": "auto, cpu or cuda (default %(default)s)",
     "n": "distinct train-split problems to decode (default %(default)s)",
     "data_seed": "seed of the train-split problems (default %(default)s; --seed seeds training)",
     "keep": "correct: right answers only (default); all: every answer that ended with an EOS",
@@ -163,18 +169,11 @@ def distill(cfg: DistillConfig, recipe: train.TrainConfig) -> dict:
     """Decode, keep, fine-tune, write; returns the ``distillation`` record of training.json."""
     if cfg.keep not in KEEP:
         raise ValueError(f"distill: --keep: expected one of {list(KEEP)}, got {cfg.keep!r}")
+    params = dict(cfg.params)
+    DecodeConfig.from_params(params)  # a bad setting fails here, before the teacher loads
     torch.set_num_threads(recipe.threads)
-    grid = load_grid(cfg.grid)
-    name = cfg.config or grid.reference
-    spec = {c.name: c for c in grid.configs or ()}.get(name)
-    if spec is None or spec.params is None:
-        raise ValueError(f"{cfg.grid}: configs: --config {name!r} is not a config with parameters of this grid")
-    engine_args = {**grid.engine_args, **spec.engine_args, "threads": recipe.threads}
-    if cfg.teacher:
-        engine_args["model"] = cfg.teacher
-    engine = BlockDiffusionEngine(**engine_args)
-    params = dict(spec.params)
-    targets = decode_targets(engine, params, cfg, grid.batch_size)
+    engine = BlockDiffusionEngine(model=cfg.teacher or runtime.EMBEDDED_MODEL, device=cfg.device, threads=recipe.threads)
+    targets = decode_targets(engine, params, cfg, cfg.decode_batch_size)
     print(f"decoded {targets.decoded} train problems: {targets.correct} correct, kept {len(targets.rows)} "
           f"({cfg.keep}); TPF {targets.tokens / targets.forwards:.3f}", flush=True)
 
@@ -189,8 +188,8 @@ def distill(cfg: DistillConfig, recipe: train.TrainConfig) -> dict:
         data_sha = sha256_file(path)
     record = {
         "teacher": {"model": relative(engine.path), "weights_sha256": engine.fingerprint()},
-        "decode": {"engine": engine.name, "grid": cfg.grid, "config": name, "params": params,
-                   "batch_size": grid.batch_size, "source": engine_source()},
+        "decode": {"engine": engine.name, "params": params, "batch_size": cfg.decode_batch_size,
+                   "source": engine_source()},
         "data": {"suite": "arithmetic", "split": "train", "n": cfg.n, "seed": cfg.data_seed, "keep": cfg.keep,
                  "decoded": targets.decoded, "correct": targets.correct, "ended_with_eos": targets.ended,
                  "kept": len(targets.rows), "teacher_tpf": round(targets.tokens / targets.forwards, 4),
@@ -205,21 +204,36 @@ def distill(cfg: DistillConfig, recipe: train.TrainConfig) -> dict:
     return record
 
 
+def json_object(text: str) -> dict:
+    """``--params``: a JSON object (argparse turns the error into a usage message, exit 2)."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise argparse.ArgumentTypeError(f"expected a JSON object, got {text!r} ({error})") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"expected a JSON object, got {text!r}")
+    return value
+
+
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m pytest_redline.engines.train distill",
+    parser = argparse.ArgumentParser(prog="python -m training distill",
                                      description=__doc__.split("\n\n")[0], add_help=False)
     for f in dataclasses.fields(DistillConfig):
         flag = f"--{f.name.replace('_', '-')}"
-        parser.add_argument(flag, type=type(f.default), default=f.default, help=HELP[f.name],
-                            **({"choices": KEEP} if f.name == "keep" else {}))
+        if f.name == "params":
+            parser.add_argument(flag, type=json_object, default=json.dumps(REFERENCE_PARAMS), help=HELP[f.name])
+        else:
+            parser.add_argument(flag, type=type(f.default), default=f.default, help=HELP[f.name],
+                                **({"choices": KEEP} if f.name == "keep" else {}))
     ns, rest = parser.parse_known_args(argv)
     if "-h" in rest or "--help" in rest:  # the distill options, then train.py's (its parser exits)
         parser.print_help()
-        print("\ntraining options (engines/train.py; defaults: this recipe's):")
+        print("\ntraining options (training/train.py; defaults: this recipe's):")
     cfg = DistillConfig(**vars(ns))
+    try:
+        DecodeConfig.from_params(cfg.params)
+    except ValueError as error:  # the engine's own message names the key and what it expects
+        parser.error(f"--params: {error}")
     recipe = train.parse_args(rest, defaults=RECIPE, prog=parser.prog + " [distill options]")
     distill(cfg, recipe)
 
-
-if __name__ == "__main__":
-    main()
