@@ -247,7 +247,7 @@ def session_line(verdicts: Sequence[GridVerdict], exitstatus: int = 1) -> tuple[
 
 
 def grid_report(v: GridVerdict) -> dict[str, Any]:
-    """The JSON report object of one grid (DESIGN.md), plus partial-run and regression detail."""
+    """The JSON report object of one grid (docs/reports.md), plus partial-run and regression detail."""
     cal = v.cal
     out: dict[str, Any] = {}
     if cal.mode == "gate":  # a gate's report leads with the named config and whether it is certified

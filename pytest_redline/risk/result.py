@@ -65,7 +65,7 @@ class RedlineResult:
         return clopper_pearson_interval(self.violations, self.n, confidence)
 
     def to_dict(self, alpha_min: float | None = None) -> dict[str, Any]:
-        """The JSON report object of DESIGN.md (plain builtins; NaN becomes None)."""
+        """The JSON report object of docs/reports.md (plain builtins; NaN becomes None)."""
         report: dict[str, Any] = {
             "alpha": self.alpha,
             "delta": self.delta,
