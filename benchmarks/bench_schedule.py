@@ -108,7 +108,7 @@ def live(args: argparse.Namespace) -> None:
 
     from pytest_redline import risk
     from pytest_redline.schedule import Schedule, StopRule, contenders
-    from pytest_redline.verdict import certify_scheduled, costs_on
+    from pytest_redline.verdict import certify_scheduled
 
     runs = len(LIVE_ALPHAS) * len(LIVE_SEEDS)
     print(f"\n== published grids served live (deterministic table engine): alpha {LIVE_ALPHAS[0]}..{LIVE_ALPHAS[-1]}, "
@@ -138,9 +138,9 @@ def live(args: argparse.Namespace) -> None:
                 ran[list(chosen)] = True
                 extra += len(chosen)
                 stops = [None if r is None else r.stop for r in scheduled]
-                after = certify_scheduled(table.correct, ran, stops, costs_on(table, ran, cost), 0, rule, alpha, 0.10)
+                after = certify_scheduled(table.correct, ran, stops, table.cost_on(ran, cost), 0, rule, alpha, 0.10)
                 agree += after.result.deployed_index == full.deployed_index
-                agree_before += int(risk.select_deployed(full.valid, costs_on(table, before, cost), 0)) == full.deployed_index
+                agree_before += int(risk.select_deployed(full.valid, table.cost_on(before, cost), 0)) == full.deployed_index
                 ratio.append(table.forwards[ran].sum() / table.forwards.sum())
                 ratio_before.append(table.forwards[before].sum() / table.forwards.sum())
         print(f"{name:<12} {n:>5} {m:>2}  {agree:>10}/{runs:<6} {agree_before:>7}/{runs:<4}  "

@@ -139,18 +139,51 @@ class OutcomeTable:
         except ValueError:
             raise OutcomeError(f"{self.source}: no config '{name}'; configs: {', '.join(self.configs)}") from None
 
-    def select(self, configs: Sequence[str]) -> "OutcomeTable":
-        """The table restricted to ``configs``, in that order."""
+    def select(self, which: Sequence[str] | np.ndarray) -> "OutcomeTable":
+        """The table restricted to the configs ``which`` names, in that order; or, when
+        ``which`` is a boolean (configs x prompts) mask such as the prompts each config ran
+        on, the cells it marks: the others read wrong, with empty (NaN) costs."""
+        if isinstance(which, np.ndarray) and which.dtype == bool:
+            keep = self._mask(which)
+            nan = np.where(keep, 0.0, np.nan)  # adding it empties the cells outside the mask
+            return OutcomeTable(
+                self.configs, self.prompts, self.correct & keep, self.tokens + nan, self.forwards + nan,
+                {name: col + nan for name, col in self.extra.items()}, self.source,
+            )
+        configs = which
         if len(set(configs)) != len(configs) or not configs:
             raise OutcomeError(f"{self.source}: configs to select must be distinct and non-empty, got {list(configs)}")
-        rows = [self.index(name) for name in configs]
+        return self._take([self.index(name) for name in configs], slice(None))
+
+    def cost_on(self, ran: np.ndarray, kind: str) -> np.ndarray:
+        """Each config's cost (:meth:`cost`) over the prompts ``ran`` marks in its row, shape
+        (m,); an OutcomeError when a config ran on no prompt."""
+        keep = self._mask(ran)
+        costs = []
+        for i, config in enumerate(self.configs):
+            cols = np.flatnonzero(keep[i])
+            if cols.size == 0:
+                raise OutcomeError(f"{self.source}: the cost of config '{config}' is unknown: it ran on no prompt")
+            costs.append(self._take([i], cols).cost(kind)[0])
+        return np.array(costs)
+
+    def _mask(self, ran: np.ndarray) -> np.ndarray:
+        keep = np.asarray(ran)
+        if keep.dtype != bool or keep.shape != self.correct.shape:
+            raise ValueError(f"{self.source}: expected a boolean mask of shape {self.correct.shape}, got {keep.dtype} {keep.shape}")
+        return keep
+
+    def _take(self, rows: Sequence[int], cols: Any) -> "OutcomeTable":
+        """Rows ``rows`` and columns ``cols`` (indices, or a slice) of every array."""
+        rows = np.asarray(rows)
+        prompts = self.prompts[cols] if isinstance(cols, slice) else tuple(self.prompts[j] for j in cols)
         return OutcomeTable(
-            configs=tuple(configs),
-            prompts=self.prompts,
-            correct=self.correct[rows],
-            tokens=self.tokens[rows],
-            forwards=self.forwards[rows],
-            extra={name: col[rows] for name, col in self.extra.items()},
+            configs=tuple(self.configs[i] for i in rows),
+            prompts=prompts,
+            correct=self.correct[rows][:, cols],
+            tokens=self.tokens[rows][:, cols],
+            forwards=self.forwards[rows][:, cols],
+            extra={name: col[rows][:, cols] for name, col in self.extra.items()},
             source=self.source,
         )
 

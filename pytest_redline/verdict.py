@@ -16,13 +16,18 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
 from pytest_redline.calibration import Calibration
 from pytest_redline.ledger import GridRecord, Missing
+from pytest_redline.outcomes import OutcomeError, OutcomeTable, gain_kind
 from pytest_redline.schedule import CANNOT, CERTAIN, REFERENCE_WRONG, StopRule
+from pytest_redline.spend import Spend
+
+if TYPE_CHECKING:  # imported when used: the statistics load scipy, which a collection-only run never needs
+    from pytest_redline.risk import RedlineResult
 
 POWER = 0.8
 PROMPTS_LIMIT = 20_000  # the exact count takes seconds per ten thousand prompts; beyond this, say "more than"
@@ -45,7 +50,7 @@ class Scheduled:
     reference-correct prompts it ran on (a uniform sample of them): comparable across rows.
     """
 
-    result: Any  # risk.RedlineResult
+    result: RedlineResult
     ran: np.ndarray
     stops: tuple[str | None, ...]
     bounds: tuple[str, ...]
@@ -110,16 +115,16 @@ def certify_scheduled(
         bound, n, cost, reference, alpha, delta, accuracy=accuracy, names=names,
         lower_is_better=lower_is_better, gain=gain, correction=correction,
     )
-    short = [i for i in np.flatnonzero(result.valid) if not rows[i]]
-    if short:
-        i = short[0]
-        raise ValueError(f"config {label(i)!r} is valid, so its cost decides the deployment, but it ran on "
-                         f"{int(ran[i].sum())} of {n} prompts (the schedule decodes valid configs on every prompt)")
     if everything is not None:  # replayed: the risk itself
         estimate = risk.violations(everything, reference) / n
     else:
         right_ran = np.count_nonzero(ran & ref_right, axis=1)
         estimate = np.where(unknown > 0, known / np.maximum(right_ran, 1) * ref_right.sum() / n, bound / n)
+    short = np.flatnonzero(result.valid & ~rows)
+    if short.size:
+        i = int(short[0])
+        raise ValueError(f"config {label(i)!r} is valid, so its cost decides the deployment, but it ran on "
+                         f"{int(ran[i].sum())} of {n} prompts (the schedule decodes valid configs on every prompt)")
     return Scheduled(
         result=result,
         ran=_frozen(ran),
@@ -135,12 +140,12 @@ def certify_scheduled(
 class GridVerdict:
     cal: Calibration
     record: GridRecord
-    result: Any = None  # risk.RedlineResult, when the run was complete
+    result: RedlineResult | None = None  # when the run was complete
     alpha_min: float | None = None
-    table: Any = None  # outcomes.OutcomeTable, when every outcome is known
+    table: OutcomeTable | None = None  # when every outcome is known
     error: str | None = None  # the outcomes could not be certified (e.g. a cost column is empty)
     scheduled: Scheduled | None = None  # how a scheduled run certified each config
-    spend: Any = None  # spend.Spend: forwards and time spent against the full grid
+    spend: Spend | None = None  # forwards and time spent against the full grid
     mode: str = "full"  # "scheduled", "full (--redline-full)", or "full: <why scheduling could not hold>"
 
     @property
@@ -230,16 +235,23 @@ class GridVerdict:
         return self.risk_estimate(self.result.names.index(name))
 
 
-def judge(record: GridRecord, spend: Any = None, mode: str = "full") -> GridVerdict:
-    """Certify a grid's outcomes (nothing is certified from a partial run)."""
+def judge(record: GridRecord, spend: Spend | None = None, mode: str = "full") -> GridVerdict:
+    """Certify a grid's outcomes (nothing is certified from a partial run).
+
+    One pass down the layers: what the ledger recorded, the outcome table's slices, then the
+    statistics (alpha_min and the stop rule's counts first, so that a scheduled run's
+    certificate is the last call into them)."""
+    skip_error = _skip_error(record)
     verdict = GridVerdict(record.cal, record, spend=spend, mode=mode)
     if not record.complete:
         return verdict
     from pytest_redline import risk
-    from pytest_redline.outcomes import OutcomeError, gain_kind
 
     cal = record.cal
-    table = record.table()
+    table = record.table()  # every outcome (a replayed grid's skipped items too), or None
+    ran = record.ran() if record.skips else None
+    stops = record.stops() if record.skips else None
+    seen = table if table is not None or ran is None else record.table(ran_only=True)
     options = dict(
         names=cal.configs,
         lower_is_better=cal.grid.lower_is_better,
@@ -247,51 +259,34 @@ def judge(record: GridRecord, spend: Any = None, mode: str = "full") -> GridVerd
         correction=cal.correction,
     )
     try:
-        scheduled = _scheduled(record, table, options) if record.skips else None
-        if scheduled is not None:
-            result = scheduled.result
+        if skip_error is not None:
+            raise ValueError(skip_error)
+        cost = table.cost(cal.grid.cost) if table is not None else seen.cost_on(ran, cal.grid.cost)
+        ran_outcomes = None if ran is None else seen.select(ran)
+        alpha_min = None if table is None else risk.alpha_min(table.correct, cost, cal.reference, cal.delta_share, **options)
+        if ran is None:
+            result = risk.certify(table.correct, cost, cal.reference, cal.alpha, cal.delta_share, **options)
+            scheduled = None
         else:
-            result = risk.certify(table.correct, table.cost(cal.grid.cost), cal.reference, cal.alpha, cal.delta_share, **options)
-        alpha_min = None if table is None else risk.alpha_min(
-            table.correct, table.cost(cal.grid.cost), cal.reference, cal.delta_share, **options)
+            scheduled = certify_scheduled(
+                ran_outcomes.correct, ran, stops, cost, cal.configs.index(cal.reference), cal.stop_rule(), cal.alpha,
+                cal.delta_share, everything=None if table is None else table.correct, **options,
+            )
+            result = scheduled.result
     except (OutcomeError, ValueError) as e:
         return dataclasses.replace(verdict, table=table, error=f"{cal.label}: cannot certify: {e}")
     return dataclasses.replace(verdict, result=result, alpha_min=alpha_min, table=table, scheduled=scheduled)
 
 
-def _scheduled(record: GridRecord, table: Any, options: dict[str, Any]) -> Scheduled:
-    """Certify a run in which the schedule skipped items (``table``: every outcome, or None)."""
+def _skip_error(record: GridRecord) -> str | None:
+    """Why the skipped items break the schedule (a reference outcome it needed is missing or
+    right where it skipped for the reference being wrong); None when they follow it."""
     cal = record.cal
-    ran_table = record.table(ran_only=True)
-    ran = record.ran()
-    ref = cal.configs.index(cal.reference)
     for (config, prompt), skip in record.skips.items():
         reference = record.entries.get((cal.reference, prompt))
         if reference is None or (skip.reason == REFERENCE_WRONG and reference.correct):
-            raise ValueError(f"{config}::{prompt} was skipped ({skip.reason}), but the reference is right there or did not run")
-    cost = table.cost(cal.grid.cost) if table is not None else costs_on(ran_table, ran, cal.grid.cost)
-    return certify_scheduled(
-        ran_table.correct, ran, record.stops(), cost, ref, cal.stop_rule(), cal.alpha, cal.delta_share,
-        everything=None if table is None else table.correct, **options,
-    )
-
-
-def costs_on(table: Any, ran: np.ndarray, kind: str) -> np.ndarray:
-    """Each config's cost over the prompts it ran on (an OutcomeError when it ran on none)."""
-    from pytest_redline.outcomes import OutcomeError, OutcomeTable
-
-    costs = []
-    for i, config in enumerate(table.configs):
-        cols = np.flatnonzero(ran[i])
-        if cols.size == 0:
-            raise OutcomeError(f"{table.source}: the cost of config '{config}' is unknown: it ran on no prompt")
-        row = OutcomeTable(
-            configs=(config,), prompts=tuple(table.prompts[j] for j in cols), correct=table.correct[i:i + 1, cols],
-            tokens=table.tokens[i:i + 1, cols], forwards=table.forwards[i:i + 1, cols],
-            extra={k: v[i:i + 1, cols] for k, v in table.extra.items()}, source=table.source,
-        )
-        costs.append(row.cost(kind)[0])
-    return np.array(costs)
+            return f"{config}::{prompt} was skipped ({skip.reason}), but the reference is right there or did not run"
+    return None
 
 
 def _frozen(a: np.ndarray) -> np.ndarray:

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pytest_redline.outcomes import OutcomeError, OutcomeTable, cost_direction, gain_kind
@@ -86,6 +86,44 @@ def test_subset_and_order_select():
     with pytest.raises(OutcomeError, match="distinct"):
         table.select(["acc85/semi70", "acc85/semi70"])
 
+
+
+CODE = OutcomeTable.read_csv(DATA / "llada2_code.csv")
+
+
+@settings(max_examples=25)
+@given(st.integers(0, 2**32 - 1), st.floats(0.01, 1.0))
+def test_slices_of_the_cells_that_ran_select_and_cost_on(seed, share):
+    """select(ran) keeps the outcomes that ran (the rest wrong, costs empty); cost_on(ran, kind)
+    is each config's cost on the prompts it ran on: its row's table cut to those prompts."""
+    table = CODE.with_column("memory_gb", [1.5 * i for i in range(1, CODE.m + 1)])
+    ran = np.random.default_rng(seed).random((table.m, table.n)) < share
+    ran[:, 0] = True  # every config ran somewhere
+    view = table.select(ran)
+    assert view.configs == table.configs and view.prompts == table.prompts
+    assert np.array_equal(view.correct, table.correct & ran)
+    assert np.array_equal(np.isnan(view.forwards), ~ran) and np.array_equal(view.forwards[ran], table.forwards[ran])
+    assert np.array_equal(np.isnan(view.extra["memory_gb"]), ~ran)
+    for kind in ("tpf", "apf", "memory_gb"):
+        expected = []
+        for i, config in enumerate(table.configs):
+            cols = np.flatnonzero(ran[i])
+            row = OutcomeTable((config,), tuple(table.prompts[j] for j in cols), table.correct[i:i + 1, cols],
+                               table.tokens[i:i + 1, cols], table.forwards[i:i + 1, cols],
+                               {"memory_gb": table.extra["memory_gb"][i:i + 1, cols]})
+            expected.append(row.cost(kind)[0])
+        assert table.cost_on(ran, kind).tolist() == expected
+    assert table.cost_on(np.ones_like(ran), "tpf").tolist() == table.cost("tpf").tolist()
+
+
+def test_names_the_config_that_ran_nowhere_cost_on():
+    table = OutcomeTable.read_csv(DATA / "llada2_code.csv")
+    ran = np.ones((table.m, table.n), dtype=bool)
+    ran[2] = False
+    with pytest.raises(OutcomeError, match=f"llada2_code.csv: the cost of config '{table.configs[2]}' is unknown: it ran on no prompt"):
+        table.cost_on(ran, "tpf")
+    with pytest.raises(ValueError, match="boolean mask of shape"):
+        table.select(np.ones((1, table.n), dtype=bool))
 
 def test_roundtrip_write_csv(tmp_path):
     original = OutcomeTable.read_csv(DATA / "quant_llama_gsm8k.csv").with_column("memory_gb", [16.061, 8.03, 4.015, 4.015])

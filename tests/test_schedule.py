@@ -11,7 +11,7 @@ from published import published_table
 from pytest_redline import redline_table, risk
 from pytest_redline.outcomes import OutcomeTable
 from pytest_redline.schedule import CANNOT, CERTAIN, Schedule, StopRule, contenders
-from pytest_redline.verdict import certify_scheduled, costs_on
+from pytest_redline.verdict import certify_scheduled
 
 DELTA = 0.10
 
@@ -137,7 +137,7 @@ def test_equivalent_valid_sets_scheduled_and_full(seed, m, n, alpha, batch, corr
     full = risk.certify(table.correct, table.cost("tpf"), 0, alpha, DELTA, **options)
     ran, stops, rule = simulate(table, alpha, batch, seed, correction)
 
-    live = certify_scheduled(table.correct, ran, stops, costs_on(table, ran, "tpf"), 0, rule, alpha, DELTA, **options)
+    live = certify_scheduled(table.correct, ran, stops, table.cost_on(ran, "tpf"), 0, rule, alpha, DELTA, **options)
     assert live.result.valid.tolist() == full.valid.tolist()
     assert live.result.deployed == full.deployed  # valid configs' costs are on all prompts, as in the full run
     rows = live.complete_rows
@@ -163,9 +163,9 @@ def test_deployment_differs_on_prompts_run_costs() -> None:
             continue
         full = risk.certify(table.correct, table.cost("tpf"), 0, 0.2, DELTA)
         ran, stops, rule = simulate(table, 0.2, 1, seed, live=False)
-        if risk.select_deployed(full.valid, costs_on(table, ran, "tpf"), 0) != full.deployed_index:
+        if risk.select_deployed(full.valid, table.cost_on(ran, "tpf"), 0) != full.deployed_index:
             with pytest.raises(ValueError, match="is valid, so its cost decides the deployment, but it ran on"):
-                certify_scheduled(table.correct, ran, stops, costs_on(table, ran, "tpf"), 0, rule, 0.2, DELTA)
+                certify_scheduled(table.correct, ran, stops, table.cost_on(ran, "tpf"), 0, rule, 0.2, DELTA)
             return
     pytest.fail("no seed in 0..399 reorders costs; the random tables lost their per-prompt costs")
 
