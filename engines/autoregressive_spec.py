@@ -13,34 +13,25 @@ from typing import Any, Mapping
 
 from pytest_redline.engines import runtime
 from pytest_redline.engines.runtime import AR_DRAFT, AR_TARGET
-from pytest_redline.engines.spec import EngineSpec, with_defaults
+from pytest_redline.engines.spec import EngineSpec, defaults, with_defaults
 
 ACCEPTANCE = ("lossless", "typical")
-SPEC_DEFAULTS: dict[str, Any] = {
-    "acceptance": "lossless",
-    "num_draft_tokens": 4,
-    "posterior_threshold": 0.09,  # ε (Medusa's default)
-    "posterior_alpha": None,  # δ; None: √ε
-    "temperature": 1.0,  # of the softmax that the typical criterion reads
-    "max_new_tokens": 96,
-    "use_cache": True,  # False recomputes every forward from the first token: the reference for tests
-}
 TYPICAL_ONLY = ("posterior_threshold", "posterior_alpha", "temperature")
 
 
 @dataclass(frozen=True)
 class SpecConfig:
-    acceptance: str
-    num_draft_tokens: int
-    posterior_threshold: float
-    posterior_alpha: float
-    temperature: float
-    max_new_tokens: int
-    use_cache: bool
+    acceptance: str = "lossless"  # or "typical"
+    num_draft_tokens: int = 4
+    posterior_threshold: float = 0.09  # ε (Medusa's default)
+    posterior_alpha: float | None = None  # δ; None: √ε (from_params fills it in)
+    temperature: float = 1.0  # of the softmax that the typical criterion reads
+    max_new_tokens: int = 96
+    use_cache: bool = True  # False recomputes every forward from the first token: the reference for tests
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> "SpecConfig":
-        values = with_defaults("speculative", params, SPEC_DEFAULTS)
+        values = with_defaults("speculative", params, cls)
         if values["acceptance"] not in ACCEPTANCE:
             raise ValueError(f"speculative: acceptance: expected one of {', '.join(ACCEPTANCE)}, got {values['acceptance']!r}")
         if values["acceptance"] == "lossless":
@@ -67,13 +58,20 @@ def _number(values: Mapping[str, Any], key: str, low: float, high: float) -> flo
     return float(value)
 
 
+SPEC_DEFAULTS = defaults(SpecConfig)  # the parameters as a mapping (tests read it)
+
 MODES = ("none", "int8", "nf4", "fp4")
-QUANTIZED_DEFAULTS: dict[str, Any] = {"quantization": "none", "max_new_tokens": 96}
+
+
+@dataclass(frozen=True)
+class QuantizedConfig:
+    quantization: str = "none"  # one of MODES
+    max_new_tokens: int = 96
 
 
 def quantized_config(params: Mapping[str, Any]) -> dict[str, Any]:
     """A quantized config's parameters over the defaults; a ValueError names a bad key or value."""
-    values = with_defaults("quantized", params, QUANTIZED_DEFAULTS)
+    values = with_defaults("quantized", params, QuantizedConfig)
     if values["quantization"] not in MODES:
         raise ValueError(f"quantized: quantization: expected one of {', '.join(MODES)}, got {values['quantization']!r}")
     n = values["max_new_tokens"]

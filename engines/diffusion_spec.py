@@ -10,38 +10,25 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from pytest_redline.engines import checkpoints, runtime
-from pytest_redline.engines.spec import EngineSpec, check_params, with_defaults
+from pytest_redline.engines.spec import EngineSpec, check_params, defaults, with_defaults
 
 SCHEDULES = ("diffulex", "eager")
 
-DEFAULTS: dict[str, Any] = {
-    "block_size": 8,
-    "buffer_size": 2,
-    "accept_threshold": 0.95,
-    "semi_complete_threshold": 0.90,
-    "add_block_threshold": 0.10,
-    "skip_masked_blocks": False,
-    "schedule": "diffulex",  # or "eager": this engine's earlier, cheaper rules (see the docstring)
-    "max_new_tokens": 96,
-    "use_cache": True,  # False recomputes the whole prefix every step: the reference for tests
-}
-
-
 @dataclass(frozen=True)
 class DecodeConfig:
-    block_size: int
-    buffer_size: int
-    accept_threshold: float
-    semi_complete_threshold: float
-    add_block_threshold: float
-    skip_masked_blocks: bool
-    schedule: str
-    max_new_tokens: int
-    use_cache: bool
+    block_size: int = 8
+    buffer_size: int = 2
+    accept_threshold: float = 0.95
+    semi_complete_threshold: float = 0.90
+    add_block_threshold: float = 0.10
+    skip_masked_blocks: bool = False
+    schedule: str = "diffulex"  # or "eager": this engine's earlier, cheaper rules (see the docstring)
+    max_new_tokens: int = 96
+    use_cache: bool = True  # False recomputes the whole prefix every step: the reference for tests
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> "DecodeConfig":
-        values = with_defaults("block_diffusion", params, DEFAULTS)
+        values = with_defaults("block_diffusion", params, cls)
         check_params(
             "block_diffusion", values,
             ints={"block_size": 1, "buffer_size": 1, "max_new_tokens": 1},
@@ -53,35 +40,23 @@ class DecodeConfig:
         return cls(**values)
 
 
-FLOW_DEFAULTS: dict[str, Any] = {
-    "block_size": 8,
-    "window": 3,  # at most this many active blocks; 1 = one block at a time (LLaDA2.1)
-    "accept_threshold": 0.95,  # commit a masked position above this; also the readiness cut
+@dataclass(frozen=True)
+class FlowConfig:
+    block_size: int = 8
+    window: int = 3  # at most this many active blocks; 1 = one block at a time (LLaDA2.1)
+    accept_threshold: float = 0.95  # commit a masked position above this; also the readiness cut
     # Admit the next block when the frontier's readiness reaches this. Not 0.9: a frontier with m
     # <= 9 masked positions has rho >= 0.9 only when all m pass (rho = 1), so with blocks of 8 and
     # no editing 0.9 admits a block only once its predecessor is complete: serial decoding.
-    "spawn_threshold": 0.50,
-    "edit_threshold": 0.90,  # replace a filled token whose rival top-1 is above this; >= 1: no editing
-    "max_post_steps": 16,  # check forwards per block after its masks are filled (LLaDA2.1's cap)
-    "max_new_tokens": 96,
-    "use_cache": True,  # False recomputes the whole prefix every step: the reference for tests
-}
-
-
-@dataclass(frozen=True)
-class FlowConfig:
-    block_size: int
-    window: int
-    accept_threshold: float
-    spawn_threshold: float
-    edit_threshold: float
-    max_post_steps: int
-    max_new_tokens: int
-    use_cache: bool
+    spawn_threshold: float = 0.50
+    edit_threshold: float = 0.90  # replace a filled token whose rival top-1 is above this; >= 1: no editing
+    max_post_steps: int = 16  # check forwards per block after its masks are filled (LLaDA2.1's cap)
+    max_new_tokens: int = 96
+    use_cache: bool = True  # False recomputes the whole prefix every step: the reference for tests
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> "FlowConfig":
-        values = with_defaults("flowblock", params, FLOW_DEFAULTS)
+        values = with_defaults("flowblock", params, cls)
         check_params(
             "flowblock", values,
             ints={"block_size": 1, "window": 1, "max_new_tokens": 1, "max_post_steps": 0},
@@ -100,30 +75,19 @@ class FlowConfig:
         return self.window
 
 
-BATCH_DEFAULTS: dict[str, Any] = {
-    "block_sizes": [4, 8, 16],  # one branch each (the paper evaluates 4-8-16-32-64)
-    "accept_threshold": 0.9,  # per-branch commit: top-1 probability above this, else the top-1
-    "proposal_threshold": 0.1,  # a branch proposes, at a position it read, every token above this
-    "merge_threshold": 0.5,  # a destination takes a merged token only above this probability
-    "sync_lag": 8,  # a branch more than this many positions behind the leader copies it
-    "refresh_interval": 0,  # leader positions between full cache refreshes; 0: never (paper: 32)
-    "max_new_tokens": 96,
-}
-
-
 @dataclass(frozen=True)
 class BatchConfig:
-    block_sizes: tuple[int, ...]
-    accept_threshold: float
-    proposal_threshold: float
-    merge_threshold: float
-    sync_lag: int
-    refresh_interval: int
-    max_new_tokens: int
+    block_sizes: tuple[int, ...] = (4, 8, 16)  # one branch each (the paper evaluates 4-8-16-32-64)
+    accept_threshold: float = 0.9  # per-branch commit: top-1 probability above this, else the top-1
+    proposal_threshold: float = 0.1  # a branch proposes, at a position it read, every token above this
+    merge_threshold: float = 0.5  # a destination takes a merged token only above this probability
+    sync_lag: int = 8  # a branch more than this many positions behind the leader copies it
+    refresh_interval: int = 0  # leader positions between full cache refreshes; 0: never (paper: 32)
+    max_new_tokens: int = 96
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> "BatchConfig":
-        values = with_defaults("blockbatch", params, BATCH_DEFAULTS)
+        values = with_defaults("blockbatch", params, cls)
         sizes = values["block_sizes"]
         if (
             not isinstance(sizes, (list, tuple)) or not sizes or len(set(sizes)) != len(sizes)
@@ -136,6 +100,11 @@ class BatchConfig:
             numbers=("accept_threshold", "proposal_threshold", "merge_threshold"),
         )
         return cls(**{**values, "block_sizes": tuple(sizes)})
+
+
+# The parameters as mappings, read from the fields (tests merge a config into them).
+DEFAULTS = defaults(DecodeConfig)
+FLOW_DEFAULTS = defaults(FlowConfig)
 
 
 class BlockDiffusionSpec(EngineSpec):

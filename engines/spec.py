@@ -8,10 +8,12 @@ stored outcomes never import torch or transformers (3-6 s on a small CPU). Calli
 builds the engine, importing the engine's module only then.
 
 Also the two parameter checks every engine's ``Config`` uses: :func:`with_defaults` and
-:func:`check_params`.
+:func:`check_params`. A ``Config`` is a frozen dataclass whose fields declare the parameters,
+their defaults and what they mean, once: :func:`defaults` reads them.
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -56,13 +58,22 @@ class EngineSpec:
         return {**cls.engine_args, **engine_args}
 
 
-def with_defaults(engine: str, params: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[str, Any]:
-    """A config's parameters over the engine's defaults; an unknown key is a ValueError that
-    names it and lists the known ones."""
-    unknown = sorted(set(params) - set(defaults))
+def defaults(config: type) -> dict[str, Any]:
+    """The parameters of the dataclass ``config`` and their defaults, in field order."""
+    out = {}
+    for f in dataclasses.fields(config):
+        out[f.name] = f.default_factory() if f.default is dataclasses.MISSING else f.default
+    return out
+
+
+def with_defaults(engine: str, params: Mapping[str, Any], config: type) -> dict[str, Any]:
+    """A config's parameters over the defaults of the dataclass ``config``'s fields; an unknown
+    key is a ValueError that names it and lists the known ones."""
+    values = defaults(config)
+    unknown = sorted(set(params) - set(values))
     if unknown:
-        raise ValueError(f"{engine}: unknown config key {unknown[0]!r}; known keys: {', '.join(defaults)}")
-    return {**defaults, **params}
+        raise ValueError(f"{engine}: unknown config key {unknown[0]!r}; known keys: {', '.join(values)}")
+    return {**values, **params}
 
 
 def check_params(
