@@ -1,7 +1,9 @@
 """The paper's analyses on recorded outcomes, apart from the gate.
 
 - :mod:`~pytest_redline.lab.analysis`: budget sweeps, held-out splits, baselines, the
-  validity study and bootstrap intervals, vectorized over splits and budgets;
+  validity study and bootstrap intervals, vectorized over splits and budgets (one module
+  each: ``sweep``, ``heldout``, ``baselines``, ``validity``, ``intervals``, on ``procedure``
+  and ``splits``; every name imports from ``analysis``);
 - :mod:`~pytest_redline.lab.plots`: their figures (the ``plots`` extra, matplotlib);
 - :mod:`~pytest_redline.lab.commands`: the ``redline`` subcommands that run them.
 
