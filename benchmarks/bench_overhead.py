@@ -14,7 +14,7 @@ decoder and head separately. Everything else (masks, caches, bookkeeping, sampli
 loop) is overhead. Each row decodes the first ``--batch`` calibration prompts of the arithmetic
 suite as one batch, threads 1, after a warm-up; the best (lowest-wall) of ``--repeats`` runs is
 kept. Each run decodes as the gate's decoder calls an engine, with Python's automatic garbage
-collection paused for the batch (``decode.paused_gc``): a full collection scans every object
+collection paused for the batch (``batchrun.paused_gc``): a full collection scans every object
 of the process, which here holds every engine's models, and is no cost of the engine. Rows: the block-diffusion reference and its skip rule, FlowBlock, BlockBatch (the
 parameters of grids/mixed.yaml's defaults), speculative (lossless and typical, grids/speculative.yaml)
 and quantized (int8, nf4; grids/quantization.yaml), each on the embedded models. ``--before``
@@ -41,7 +41,7 @@ from pathlib import Path
 import torch
 from transformers import PreTrainedModel
 
-from pytest_redline.decode import paused_gc
+from pytest_redline.batchrun import paused_gc
 from pytest_redline.engines import autoregressive, runtime
 from pytest_redline.engines.runtime import AR_DRAFT, AR_TARGET
 from pytest_redline.suites.arithmetic import ArithmeticSuite

@@ -22,18 +22,15 @@ outcomes and the seed, so every worker follows the same one.
 """
 from __future__ import annotations
 
-import contextlib
-import gc
 import math
 import numbers
-import signal
-import threading
 import time
 import traceback
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from pytest_redline import __version__
+from pytest_redline.batchrun import BatchRunner
 from pytest_redline.calibration import Calibration
 from pytest_redline.enginebook import EngineBook
 from pytest_redline.schedule import EARLY_STOP, REFERENCE_WRONG, CandidateRun, Schedule, contenders
@@ -76,10 +73,6 @@ class Skipped(Exception):
         return f"redline: {EARLY_STOP} ({self.reason})"
 
 
-class BatchTimeout(Exception):
-    pass
-
-
 @dataclass(frozen=True)
 class Batch:
     """Prompts decoded in one ``engine.generate`` call (indices in prompt order)."""
@@ -103,6 +96,7 @@ class Decoder:
             engines.cache_dir = store.path.parent
         self.progress, self.poll_s = progress, poll_s
         self.batch_size = cal.grid.batch_size
+        self.runner = BatchRunner(cal.grid.timeout)
         self.schedule = None if cal.full else Schedule(cal.n, self.batch_size, cal.seed, cal.stop_rule())
         self.fallback: str | None = None  # why this grid runs in full although scheduling was asked for
         self.config_seconds: dict[str, float] = {}  # wall time spent in engine.generate, per config
@@ -378,7 +372,7 @@ class Decoder:
         start = time.monotonic()
         try:
             engine = self.engines.get(engine_name, engine_args)
-            generations = self._generate(engine, engine_prompts(self.cal, prompts), self.cal.params[config])
+            generations = self.runner.generate(engine, engine_prompts(self.cal, prompts), self.cal.params[config])
             if len(generations) != len(prompts):
                 raise ValueError(f"returned {len(generations)} generations for {len(prompts)} prompts")
         except Exception as e:
@@ -402,28 +396,6 @@ class Decoder:
                 continue
             self.store.put(key, outcome, grid=self.cal.grid.name, config=config, prompt=prompt.id)
             self._outcomes[config][i] = outcome
-
-    def _generate(self, engine: Any, prompts: list, params: Mapping[str, Any]) -> list:
-        with paused_gc():
-            return self._generate_in_time(engine, prompts, params)
-
-    def _generate_in_time(self, engine: Any, prompts: list, params: Mapping[str, Any]) -> list:
-        timeout = self.cal.grid.timeout
-        if timeout is None:
-            return list(engine.generate(prompts, params))
-        if threading.current_thread() is not threading.main_thread():
-            raise RuntimeError("the grid key timeout needs pytest's main thread (it uses SIGALRM)")
-
-        def expire(signum, frame):
-            raise BatchTimeout(f"timed out after {timeout:g} s (grid key timeout)")
-
-        previous = signal.signal(signal.SIGALRM, expire)
-        signal.setitimer(signal.ITIMER_REAL, timeout)
-        try:
-            return list(engine.generate(prompts, params))
-        finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, previous)
 
     def _score(self, prompt: Any, generation: Any) -> StoredOutcome:
         if not isinstance(generation.text, str):
@@ -501,20 +473,3 @@ def _number(value: Any, what: str) -> float | None:
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
         raise TypeError(f"Generation.{what} must be a finite number or None, got {value!r}")
     return float(value)
-
-
-@contextlib.contextmanager
-def paused_gc():
-    """Python's automatic garbage collection paused for one batch's decoding, then restored as
-    it was. A full collection scans every object of the process, and a gate session holds
-    hundreds of thousands (its items, reports, stored outcomes): one landing inside a decode
-    loop costs as much as several forwards of a small model, time the engine would be charged
-    for (``benchmarks/bench_overhead.py`` measures engines as the gate calls them, in this
-    context). Nothing is lost: what a batch leaves for the collector is collected after it."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
