@@ -1,1 +1,1 @@
-"""Decoding engines behind one protocol (see engines/base.py)."""
+"""Decoding engines behind one protocol (see pytest_redline/contracts.py)."""

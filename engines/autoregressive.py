@@ -33,8 +33,7 @@ from typing import Callable, Mapping, Sequence
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
 
-from pytest_redline.engines.base import Generation
-from pytest_redline.suites.base import Prompt, cut_at_stop
+from pytest_redline.contracts import Generation, Prompt, cut_at_stop
 
 
 def set_threads(threads: int | None, engine: str) -> None:

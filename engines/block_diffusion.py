@@ -60,16 +60,16 @@ import inspect
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, Mapping, Sequence
 
 import torch
 from transformers import DynamicCache
 
+from pytest_redline.contracts import BlockLifecycle  # noqa: F401  (re-exported: this engine's extension protocol)
+from pytest_redline.contracts import Generation, Prompt, Reads, Step, cut_at_stop
 from pytest_redline.engines import checkpoints, modeling, runtime
 from pytest_redline.engines.autoregressive import encode, eos_ids, set_threads
-from pytest_redline.engines.base import Generation
 from pytest_redline.engines.diffusion_spec import BlockDiffusionSpec, DecodeConfig
-from pytest_redline.suites.base import Prompt, cut_at_stop
 
 @dataclass
 class Request:
@@ -93,41 +93,6 @@ class Request:
     finish_reason: str | None = None
     extra: dict[str, float] = field(default_factory=dict)  # engine-specific counters, into Generation.extra
     log: dict[str, Any] = field(default_factory=dict)  # engine-specific trace fields of the last step
-
-
-@dataclass(frozen=True)
-class Step:
-    """What one step's forward does for a request: ``queries`` are the positions it computes (the
-    uncached final prefix first), ``reads`` the ``(block, position)`` pairs whose predictions the
-    commit reads, and ``store`` the cached length after it (its K/V below ``store`` are kept)."""
-
-    queries: list[int]
-    reads: list[tuple[int, int]]
-    store: int
-
-
-Reads = Mapping[int, list[tuple[int, float, int]]]  # block -> [(position, confidence, top-1 token)]
-
-
-@runtime_checkable
-class BlockLifecycle(Protocol):
-    """The block life cycle: the extension points of the block-diffusion engines.
-
-    Each engine step calls, per request: ``admit`` (blocks that join the window now; returns
-    them), ``step`` (the forward's queries and reads, a ``Step``), then after the batched forward
-    ``commit`` (apply the read predictions; returns the ``(position, token)`` commits) and
-    ``retire`` (blocks that become final, front to back; sets ``req.result`` and
-    ``req.finish_reason`` when the request ends). Engines subclass ``BlockDiffusionEngine`` by
-    overriding these four and the ``Config`` / ``Request`` classes, never a private method.
-    """
-
-    def admit(self, req: Request, cfg: Any) -> list[int]: ...
-
-    def step(self, req: Request, cfg: Any) -> Step: ...
-
-    def commit(self, req: Request, reads: Reads, cfg: Any) -> list[tuple[int, int]]: ...
-
-    def retire(self, req: Request, cfg: Any) -> list[int]: ...
 
 
 def cut_at_eos(answer: Sequence[int], eos: frozenset[int]) -> tuple[list[int], bool]:

@@ -71,12 +71,11 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
+from pytest_redline.contracts import Generation, Prompt, Step
 from pytest_redline.engines import modeling
 from pytest_redline.engines.autoregressive import encode
-from pytest_redline.engines.base import Generation
-from pytest_redline.engines.block_diffusion import BlockDiffusionEngine, KVRows, Step
+from pytest_redline.engines.block_diffusion import BlockDiffusionEngine, KVRows
 from pytest_redline.engines.diffusion_spec import BatchConfig, BlockBatchSpec
-from pytest_redline.suites.base import Prompt
 
 @dataclass
 class Branch:

@@ -42,8 +42,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from pytest_redline.engines.base import Generation
-from pytest_redline.suites.base import Prompt, cut_at_stop
+from pytest_redline.contracts import Generation, Prompt, cut_at_stop
 
 REQUEST_KEYS = ("max_tokens", "temperature", "top_p", "stop", "seed", "extra_body", "n_logprobs")
 APIS = ("completions", "chat")

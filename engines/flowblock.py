@@ -49,7 +49,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from pytest_redline.engines.block_diffusion import BlockDiffusionEngine, Reads, Request, Step
+from pytest_redline.contracts import Reads, Step
+from pytest_redline.engines.block_diffusion import BlockDiffusionEngine, Request
 from pytest_redline.engines.diffusion_spec import FlowBlockSpec, FlowConfig
 
 @dataclass

@@ -34,9 +34,8 @@ import inspect
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from pytest_redline.contracts import Generation, Prompt, cut_at_stop
 from pytest_redline.engines import runtime
-from pytest_redline.engines.base import Generation
-from pytest_redline.suites.base import Prompt, cut_at_stop
 
 DIFFUSION_KEYS = ("confidence_threshold", "stability_threshold", "max_denoising_steps", "sampler_config", "t_min", "t_max")
 CAUSAL_KEYS = (

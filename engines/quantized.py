@@ -27,12 +27,11 @@ from typing import Any, Mapping, Sequence
 import torch
 from transformers import AutoModelForCausalLM, BitsAndBytesConfig
 
+from pytest_redline.contracts import Generation, Prompt
 from pytest_redline.engines import memory, modeling, runtime
 from pytest_redline.engines.autoregressive import Request, eos_ids, generation, greedy, new_requests, set_threads, token_count
 from pytest_redline.engines.autoregressive_spec import QuantizedSpec, absmax_dtype, quantization_runtime, quantized_config
-from pytest_redline.engines.base import Generation
 from pytest_redline.engines.runtime import AR_TARGET
-from pytest_redline.suites.base import Prompt
 
 def bnb_config(mode: str, compute_dtype: torch.dtype) -> BitsAndBytesConfig:
     if mode == "int8":

@@ -19,9 +19,8 @@ import math
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from pytest_redline.engines.base import Generation
+from pytest_redline.contracts import Generation, Prompt
 from pytest_redline.outcomes import OutcomeTable
-from pytest_redline.suites.base import Prompt
 
 
 class ReplayEngine:

@@ -38,14 +38,13 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
+from pytest_redline.contracts import Generation, Prompt
 from pytest_redline.engines import modeling, runtime
 from pytest_redline.engines.autoregressive import (
     Request, RowCache, eos_ids, fill_order, generation, new_request, new_requests, only_tokens, set_threads, token_count,
 )
 from pytest_redline.engines.autoregressive_spec import SpecConfig, SpeculativeSpec, check_same_tokenizer
-from pytest_redline.engines.base import Generation
 from pytest_redline.engines.runtime import AR_DRAFT, AR_TARGET
-from pytest_redline.suites.base import Prompt
 
 def accepted_lengths(logits: torch.Tensor, proposals: torch.Tensor, cfg: SpecConfig, best: torch.Tensor | None = None) -> torch.Tensor:
     """How many leading proposals each row keeps: ``logits`` (rows, γ+1, vocab), ``proposals`` (rows, γ);

@@ -17,11 +17,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from pytest_redline.contracts import FINISH_REASONS, judge
 from pytest_redline.store import StoredOutcome
-from pytest_redline.suites import base
 
 ENGINE = "engine"  # the scoring "version" (and rule) of outcomes whose engine set `correct`
-FINISH_REASONS = ("eos", "stop", "length")
 
 
 def declared_stop(suite: Any, prompt: Any) -> tuple[str, ...]:
@@ -54,7 +53,14 @@ def stop_identity(cal: Any, prompt: Any) -> dict[str, Any]:
 
 def scoring_version(cal: Any, scorer: str) -> str:
     """The scoring version of a grid's suite: the scorer, its ``version`` and its ``rules``."""
-    return "" if cal.suite is None else f"{scorer}: {base.scoring_version(cal.suite)}"
+    return "" if cal.suite is None else f"{scorer}: {suite_version(cal.suite)}"
+
+
+def suite_version(suite: Any) -> str:
+    """What a suite's verdicts depend on beyond its data: its ``version`` (tools such as
+    math-verify or the sandbox interpreter) and the revision of its scoring ``rules``."""
+    version, rules = str(getattr(suite, "version", "")), str(getattr(suite, "rules", ""))
+    return f"{version}; rules {rules}" if rules else version
 
 
 def finish_reason(generation: Any) -> str | None:
@@ -72,7 +78,7 @@ def verdict(cal: Any, prompt: Any, generation: Any, scoring: str) -> dict[str, A
                 "scoring": ENGINE}
     if cal.suite is None:
         raise ValueError("the engine set no `correct` and the grid has no suite to score the text")
-    judged = base.judge(cal.suite, prompt, generation.text, finish)
+    judged = judge(cal.suite, prompt, generation.text, finish)
     return {"correct": bool(judged.correct), "answer": judged.answer, "rule": judged.rule, "finish_reason": finish,
             "scoring": scoring}
 
@@ -83,6 +89,6 @@ def rescored(cal: Any, prompt: Any, outcome: StoredOutcome, scoring: str) -> Sto
     versions were recorded) it has no text to judge."""
     if cal.suite is None or outcome.scoring in (scoring, ENGINE) or (not outcome.scoring and not outcome.text):
         return None
-    judged = base.judge(cal.suite, prompt, outcome.text, outcome.finish_reason)
+    judged = judge(cal.suite, prompt, outcome.text, outcome.finish_reason)
     return dataclasses.replace(outcome, correct=bool(judged.correct), answer=judged.answer, rule=judged.rule,
                                scoring=scoring)

@@ -1,1 +1,1 @@
-"""Calibration suites: prompt sets and their scorers (see suites/base.py)."""
+"""Calibration suites: prompt sets and their scorers (see pytest_redline/contracts.py)."""

@@ -24,7 +24,8 @@ import re
 from dataclasses import dataclass
 from typing import Iterator
 
-from pytest_redline.suites.base import MARKER, NO_ANSWER, Judgement, Prompt, chat
+from pytest_redline.contracts import Judgement, Prompt
+from pytest_redline.suites.base import MARKER, NO_ANSWER, chat
 
 FAMILIES = ("add", "sub", "mul", "odd")
 FAMILY_WEIGHTS = (0.3, 0.3, 0.3, 0.1)

@@ -39,7 +39,8 @@ import re
 import warnings
 from typing import Any, Sequence
 
-from pytest_redline.suites.base import Prompt, chat, cut_at_stop
+from pytest_redline.contracts import Prompt, cut_at_stop
+from pytest_redline.suites.base import chat
 from pytest_redline.suites.records import Record, check_int, data_path, read_records, reject_unknown, select
 from pytest_redline.suites.sandbox import Limits, Program, Result, check_sandbox, run_many, version
 from pytest_redline.suites.union import Union, part_args

@@ -23,8 +23,9 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Any, Mapping, Sequence
 
+from pytest_redline.contracts import Judgement, Prompt
 from pytest_redline.suites.answers import gsm8k_extract, gsm8k_gold, math_extract
-from pytest_redline.suites.base import Judgement, Prompt, chat, judged
+from pytest_redline.suites.base import chat, judged
 from pytest_redline.suites.equivalence import math_equivalent, math_verify_version, warn_once_without_math_verify
 from pytest_redline.suites.records import check_int, data_path, read_records, reject_unknown, select
 from pytest_redline.suites.union import Union, part_args

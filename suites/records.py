@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from pytest_redline.suites.base import Prompt
+from pytest_redline.contracts import Prompt
 
 DATA = Path(__file__).parent / "data"
 _MISSING = object()

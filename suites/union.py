@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from pytest_redline.suites.base import Judgement, Prompt, Suite, judge
+from pytest_redline.contracts import Judgement, Prompt, Suite, judge
 from pytest_redline.suites.records import select
 
 

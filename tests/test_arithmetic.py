@@ -5,6 +5,7 @@ import re
 import pytest
 from hypothesis import given, strategies as st
 
+from pytest_redline.contracts import Judgement, Prompt
 from pytest_redline.suites.arithmetic import (
     ArithmeticSuite,
     addition,
@@ -17,7 +18,6 @@ from pytest_redline.suites.arithmetic import (
     stream,
     subtraction,
 )
-from pytest_redline.suites.base import Judgement, Prompt
 
 
 def _check_steps(problem):

@@ -11,15 +11,14 @@ import pytest
 import torch
 from transformers import DynamicCache
 
+from pytest_redline.contracts import BlockLifecycle, Engine, cut_at_stop
 from pytest_redline.engines import modeling, runtime
-from pytest_redline.engines.base import Engine
-from pytest_redline.engines.block_diffusion import BlockDiffusionEngine, BlockLifecycle
+from pytest_redline.engines.block_diffusion import BlockDiffusionEngine
 from pytest_redline.engines.diffusion_spec import DEFAULTS
 from pytest_redline.engines.blockbatch import BlockBatchEngine
 from pytest_redline.engines.flowblock import FlowBlockEngine
 from pytest_redline.engines.modeling import block_causal_mask
 from pytest_redline.suites.arithmetic import ArithmeticSuite
-from pytest_redline.suites.base import cut_at_stop
 
 import reference_decoders
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from pytest_redline.engines.base import Engine
+from pytest_redline.contracts import Engine
 from pytest_redline.engines.blockbatch import BlockBatchEngine, Branch, Request
 from pytest_redline.engines.diffusion_spec import BatchConfig, DecodeConfig
 from pytest_redline.engines import runtime

@@ -10,7 +10,7 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from pytest_redline.engines.base import Generation
+from pytest_redline.contracts import Generation
 from pytest_redline.engines.diffusion_spec import DecodeConfig
 from pytest_redline.grid import load_grid
 from pytest_redline.suites.arithmetic import Problem, split_of

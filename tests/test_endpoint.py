@@ -24,9 +24,9 @@ import redline_fakes  # noqa: E402,F401
 import torch  # noqa: E402,F401
 from fake_openai import FakeOpenAI  # noqa: E402
 
+from pytest_redline.contracts import Prompt  # noqa: E402
 from pytest_redline.engines.endpoint import OpenAIEngine, check_endpoint  # noqa: E402
 from pytest_redline.suites.arithmetic import ArithmeticSuite  # noqa: E402
-from pytest_redline.suites.base import Prompt  # noqa: E402
 
 pytest_plugins = ["pytester"]
 ROOT = Path(__file__).resolve().parents[1]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_redline.engines.base import Engine
+from pytest_redline.contracts import Engine
 from pytest_redline.engines.diffusion_spec import FLOW_DEFAULTS as DEFAULTS, DecodeConfig, FlowConfig
 from pytest_redline.engines.flowblock import FlowBlockEngine
 from pytest_redline import registry

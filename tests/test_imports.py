@@ -149,3 +149,24 @@ def test_never_reaches_lab_gate():
     gate = reachable(graph, "pytest_redline.plugin")
     assert "pytest_redline.session" in gate
     assert not {m for m in gate if m.startswith("pytest_redline.lab")}
+
+
+def test_old_names_warn_contracts():
+    """The names that moved to ``pytest_redline.contracts`` still import from where third-party
+    engines found them (until pytest-redline 0.2), with a DeprecationWarning that names the new place."""
+    import pytest
+
+    from pytest_redline import contracts
+    from pytest_redline.engines import base as engines_base
+    from pytest_redline.suites import base as suites_base
+
+    for module, names in ((suites_base, ("Prompt", "Suite", "Judgement", "Judged", "judge", "cut_at_stop", "SCORED")),
+                          (engines_base, ("Generation", "Engine", "FINISH_REASONS"))):
+        for name in names:
+            with pytest.warns(DeprecationWarning, match=rf"{module.__name__}\.{name} moved to pytest_redline\.contracts\.{name}"):
+                assert getattr(module, name) is getattr(contracts, name)
+    with pytest.warns(DeprecationWarning, match="suites.base.Prompt moved"):
+        from pytest_redline.suites.base import Prompt
+    assert Prompt("1", "one") == contracts.Prompt("1", "one")
+    with pytest.raises(AttributeError, match="no attribute 'Nothing'"):
+        suites_base.Nothing

@@ -36,8 +36,7 @@ py-modules = ["redline_echo"]
 
 MODULE = '''\
 """An engine that echoes the number in the prompt, and a suite that checks it."""
-from pytest_redline.engines.base import Generation
-from pytest_redline.suites.base import Prompt
+from pytest_redline.contracts import Generation, Prompt
 
 
 class Countdown:

@@ -33,7 +33,7 @@ configs:
 GOLD_ENGINE = '''\
 import json
 
-from pytest_redline.engines.base import Generation
+from pytest_redline.contracts import Generation
 
 
 class GoldEngine:

@@ -14,8 +14,8 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from pytest_redline.contracts import Judgement, Prompt, judge
 from pytest_redline.suites import equivalence
-from pytest_redline.suites.base import Judgement, Prompt, judge
 from pytest_redline.suites.equivalence import math_equivalent, math_verify_available
 from pytest_redline.suites.math import GSM8K, MATH500, MathSuite
 from pytest_redline.suites.union import Union

@@ -9,7 +9,7 @@ from importlib.metadata import entry_points
 
 import pytest
 
-from pytest_redline.suites.base import Suite
+from pytest_redline.contracts import Suite
 from pytest_redline.suites.code import MBPP, CodeSuite, HumanEval, code_blocks, humaneval_program, mbpp_program
 from pytest_redline.suites.records import DATA
 

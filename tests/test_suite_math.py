@@ -11,9 +11,9 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from pytest_redline.contracts import Suite
 from pytest_redline.suites.answers import gsm8k_extract, last_boxed
 from pytest_redline.suites.equivalence import math_equivalent, math_verify_available, normalise_math
-from pytest_redline.suites.base import Suite
 from pytest_redline.suites.math import GSM8K, MATH500, MathSuite
 from pytest_redline.suites.records import DATA
 

@@ -39,8 +39,8 @@ import pytest_redline.engines.replay  # noqa: F401
 import pytest_redline.report  # noqa: F401
 import pytest_redline.risk  # noqa: F401
 import pytest_redline.session  # noqa: F401
-from pytest_redline.engines.base import Generation
-from pytest_redline.suites.base import Prompt, chat
+from pytest_redline.contracts import Generation, Prompt
+from pytest_redline.suites.base import chat
 
 
 class FakeSuite:
