@@ -43,9 +43,19 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
-def need_peers() -> Path:
+# Why a fresh clone has no peers: they are upstream code under its own licences (SDAR: MIT;
+# Fast-dLLM, LLaDA2: Apache-2.0) and SDAR-4B-Chat's published files (4.5 MB of tokenizer), kept
+# outside the project and never copied into it.
+ABSENT = ("which is absent: the peers are upstream code under their own licences (SDAR: MIT; Fast-dLLM: Apache-2.0) "
+          "and SDAR-4B-Chat's published config and tokenizer files (4.5 MB), kept outside the project and never "
+          "copied into it, so neither the repository nor the wheel ships them; CI has the folder")
+
+
+def need_peers(compares: str) -> Path:
+    """The peers folder, or a skip that says what the test compares against (``compares``) and
+    why the peers are not shipped."""
     if not PEERS.is_dir():
-        pytest.skip(f"{PEERS}: the peer decoders are not here (see its README)")
+        pytest.skip(f"compares against {compares}, read from {PEERS}, {ABSENT}")
     return PEERS
 
 
@@ -67,9 +77,15 @@ def builder():
     return load_file("make_tiny_checkpoints", BUILDER)
 
 
+PEER_DECODERS = {
+    "sdar": "SDAR's official decoder (generate.py, block_diffusion_generate)",
+    "llada": "Fast-dLLM's LLaDA decoder (llada/generate.py, generate_with_prefix_cache) and LLaDA's published modeling code",
+}
+
+
 def peer_module(name: str):
     """``sdar``: SDAR's generate.py; ``llada``: Fast-dLLM's llada/generate.py (needs einops)."""
-    peers = need_peers()
+    peers = need_peers(PEER_DECODERS[name])
     if name == "sdar":
         return load_file("peer_sdar_generate", peers / "sdar" / "generate.py")
     pytest.importorskip("einops", reason="Fast-dLLM's LLaDA modeling imports einops (pip install pytest-redline[test])")
@@ -175,7 +191,8 @@ def dream_peer(folder: Path, dtype):
     package = "peer_dream_model"
     if package not in sys.modules:
         module = types.ModuleType(package)
-        module.__path__ = [str(need_peers() / "fast-dllm" / "dream" / "model")]
+        compares = "Dream's published modeling code and Fast-dLLM's Dream block generation (fast-dllm/dream/model)"
+        module.__path__ = [str(need_peers(compares) / "fast-dllm" / "dream" / "model")]
         sys.modules[package] = module
     configuration = importlib.import_module(f"{package}.configuration_dream")
     modeling = importlib.import_module(f"{package}.modeling_dream")

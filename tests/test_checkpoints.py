@@ -27,6 +27,7 @@ torch = pytest.importorskip("torch")  # imported before pytester's in-process ru
 pytest_plugins = ["pytester"]
 ROOT = Path(__file__).resolve().parent.parent
 SDAR = peers.PEERS / "sdar" / "SDAR-4B-Chat"
+PUBLISHED = "the published SDAR-4B-Chat folder's "  # what these tests compare against
 
 
 @pytest.mark.parametrize(
@@ -46,7 +47,7 @@ def test_detect_family(config, family):
 
 
 def test_declared_values_published_sdar_folder():
-    peers.need_peers()
+    peers.need_peers(PUBLISHED + "config.json and tokenizer (block size 4, mask token 151669, chat template)")
     checkpoint = checkpoints.inspect(SDAR)
     assert (checkpoint.family, checkpoint.block_size, checkpoint.mask_token_id) == ("sdar", 4, 151669)
     assert checkpoint.mask_source == "config.json:mask_token_id"
@@ -55,7 +56,7 @@ def test_declared_values_published_sdar_folder():
 
 
 def test_declared_mask_from_tokenizer_when_config_has_none(tmp_path):
-    peers.need_peers()
+    peers.need_peers(PUBLISHED + "tokenizer files (its mask token, 151669, when config.json names none)")
     shutil.copytree(SDAR, tmp_path / "sdar")
     _edit(tmp_path / "sdar", drop="mask_token_id")
     checkpoint = checkpoints.inspect(tmp_path / "sdar")
@@ -133,7 +134,7 @@ def _grid_on(pytester, family: str, folder: Path) -> str:
 @pytest.mark.parametrize(("family", "block", "mask"), [("sdar", 4, 151669), ("dream", None, 1), ("llada", None, 1)])
 def test_gate_certifies_unedited_checkpoint(pytester, run_gate, tiny, family, block, mask):
     if family not in tiny:
-        pytest.skip(f"{peers.PEERS}: the published SDAR folder is needed for its tokenizer files")
+        peers.need_peers(PUBLISHED + "tokenizer files, which the tiny SDAR folder is built with")
     grid = _grid_on(pytester, family, tiny[family])
     result = run_gate("--redline-alpha=0.1", f"--redline-grid={grid}", "--redline-full", "--redline-no-cache",
                       "--redline-report=report.json")
@@ -199,7 +200,7 @@ def test_block_size_used_declared_grid_or_engine_default(tmp_path):
     dream = tmp_path / "dream"
     dream.mkdir()
     (dream / "config.json").write_text(json.dumps({"model_type": "Dream", "architectures": ["DreamModel"], "mask_token_id": 1}))
-    peers.need_peers()
+    peers.need_peers(PUBLISHED + "config.json (its declared block size, 4)")
     engines = {"own": ("block_diffusion", {"model": str(dream)}), "default": ("block_diffusion", {"model": str(dream)}),
                "sdar": ("block_diffusion", {"model": str(SDAR)})}
     classes = dict.fromkeys(engines, BlockDiffusionEngine)
@@ -211,7 +212,7 @@ def test_block_size_used_declared_grid_or_engine_default(tmp_path):
 def test_tokenizer_custom_class_loads_without_remote_code(tmp_path):
     """A tokenizer whose class needs remote code (Dream's DreamTokenizer, a Qwen2 BPE) loads as the
     stock Qwen2 tokenizer from its vocab.json and merges.txt, with the same ids and chat template."""
-    peers.need_peers()
+    peers.need_peers(PUBLISHED + "Qwen2 tokenizer files (vocab, merges, chat template)")
     folder = tmp_path / "dream-tokenizer"
     folder.mkdir()
     for name in ("vocab.json", "merges.txt", "added_tokens.json", "special_tokens_map.json"):

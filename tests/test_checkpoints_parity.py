@@ -62,7 +62,7 @@ def _answer(engine, ids: list[int]) -> str:
 
 @pytest.fixture(scope="module")
 def sdar_engine(tmp_path_factory):
-    peers.need_peers()
+    peers.need_peers("SDAR's official decoder (generate.py) on a tiny folder built with SDAR-4B-Chat's published tokenizer files")
     folder = peers.builder().sdar(tmp_path_factory.mktemp("sdar"), peak=20.0)
     return _engine(folder)
 
