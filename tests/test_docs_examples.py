@@ -90,6 +90,18 @@ def test_suite_example_judges(tmp_path):
         load(tmp_path / "my_questions.py").QuestionFile(tmp_path / "twice.jsonl")
 
 
+@pytest.mark.slow  # imports torch and transformers (12 s cold at load 13)
+def test_engine_example_checks_config(tmp_path):
+    from pytest_redline.contracts import ConfigError
+
+    install("writing-an-engine.md", tmp_path)
+    engine = load(tmp_path / "my_greedy.py").GreedyEngine
+    engine.check_config({"max_new_tokens": 8})
+    with pytest.raises(ConfigError) as error:
+        engine.check_config({"max_new_token": 8})
+    assert (error.value.key, error.value.known) == ("max_new_token", ("max_new_tokens",))
+
+
 @pytest.mark.slow  # a subprocess gate: 64 prompts x 2 configs of the embedded model
 def test_suite_example_gates(tmp_path):
     from pytest_redline.suites.arithmetic import ArithmeticSuite
