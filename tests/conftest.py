@@ -46,3 +46,22 @@ def run_gate(pytester):
             torch.set_num_threads(threads)
 
     return run
+
+
+SLOW_S = 5.0  # a test over this, setup and teardown included, is marked slow (pyproject's markers)
+
+
+def pytest_terminal_summary(terminalreporter):
+    """List, at the end of every run, each test not marked ``slow`` that took over SLOW_S seconds
+    (setup, call and teardown together: what it costs the inner loop, ``pytest -m "not slow"``),
+    so that the marks stay true."""
+    took: dict[str, float] = {}
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            if getattr(report, "when", None) in ("setup", "call", "teardown") and "slow" not in report.keywords:
+                took[report.nodeid] = took.get(report.nodeid, 0.0) + report.duration
+    over = sorted(((seconds, nodeid) for nodeid, seconds in took.items() if seconds > SLOW_S), reverse=True)
+    if over:
+        terminalreporter.write_sep("-", f"{len(over)} tests not marked slow took over {SLOW_S:g} s: mark them @pytest.mark.slow")
+        for seconds, nodeid in over:
+            terminalreporter.write_line(f"{seconds:7.1f} s  {nodeid}")

@@ -1,0 +1,46 @@
+"""The slow-mark check (tests/conftest.py): every run ends with a list of the tests not marked
+``slow`` that took over the limit, setup and teardown included, so that ``pytest -m "not slow"``
+stays the fast inner loop."""
+from pathlib import Path
+
+pytest_plugins = ["pytester"]
+
+
+def test_lists_each_unmarked_test_over_the_limit(pytester):
+    conftest = Path(__file__).with_name("conftest.py")
+    pytester.makeconftest(f"""
+import importlib.util
+spec = importlib.util.spec_from_file_location("tests_conftest", {str(conftest)!r})
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+module.SLOW_S = 0.2
+pytest_terminal_summary = module.pytest_terminal_summary
+""")
+    pytester.makeini("[pytest]\nmarkers =\n    slow: slow\n")
+    pytester.makepyfile("""
+import time
+import pytest
+
+@pytest.fixture
+def slow_setup():
+    time.sleep(0.3)
+
+def test_slow_in_setup(slow_setup):
+    pass
+
+def test_slow_call():
+    time.sleep(0.3)
+
+@pytest.mark.slow
+def test_marked():
+    time.sleep(0.3)
+
+def test_fast():
+    pass
+""")
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=4)
+    result.stdout.fnmatch_lines(["*2 tests not marked slow took over 0.2 s*", "*s  test_lists_each*::test_slow_*", "*s  test_lists_each*::test_slow_*"])
+    listed = result.stdout.str().split("not marked slow took over", 1)[1]
+    assert "test_marked" not in listed and "test_fast" not in listed
+    assert "took over" not in pytester.runpytest("-p", "no:cacheprovider", "-k", "test_fast or test_marked").stdout.str()
