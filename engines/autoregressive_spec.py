@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from pytest_redline.contracts import ConfigError
 from pytest_redline.engines import runtime
 from pytest_redline.engines.runtime import AR_DRAFT, AR_TARGET
 from pytest_redline.engines.spec import EngineSpec, defaults, with_defaults
@@ -33,28 +34,28 @@ class SpecConfig:
     def from_params(cls, params: Mapping[str, Any]) -> "SpecConfig":
         values = with_defaults("speculative", params, cls)
         if values["acceptance"] not in ACCEPTANCE:
-            raise ValueError(f"speculative: acceptance: expected one of {', '.join(ACCEPTANCE)}, got {values['acceptance']!r}")
+            raise ConfigError("acceptance", f"speculative: acceptance: expected one of {', '.join(ACCEPTANCE)}, got {values['acceptance']!r}")
         if values["acceptance"] == "lossless":
             given = [key for key in TYPICAL_ONLY if key in params]
             if given:
-                raise ValueError(f"speculative: {given[0]}: applies only to acceptance: typical, got acceptance: lossless")
+                raise ConfigError(given[0], f"speculative: {given[0]}: applies only to acceptance: typical, got acceptance: lossless")
         for key in ("num_draft_tokens", "max_new_tokens"):
             if isinstance(values[key], bool) or not isinstance(values[key], int) or values[key] < 1:
-                raise ValueError(f"speculative: {key}: expected int >= 1, got {values[key]!r}")
+                raise ConfigError(key, f"speculative: {key}: expected int >= 1, got {values[key]!r}")
         if values["posterior_alpha"] is None:
             values["posterior_alpha"] = _number(values, "posterior_threshold", 0.0, 1.0) ** 0.5
         _number(values, "posterior_threshold", 0.0, 1.0)
         _number(values, "posterior_alpha", 0.0, math.inf)
         _number(values, "temperature", 0.0, math.inf)
         if not isinstance(values["use_cache"], bool):
-            raise ValueError(f"speculative: use_cache: expected true or false, got {values['use_cache']!r}")
+            raise ConfigError("use_cache", f"speculative: use_cache: expected true or false, got {values['use_cache']!r}")
         return cls(**values)
 
 
 def _number(values: Mapping[str, Any], key: str, low: float, high: float) -> float:
     value = values[key]
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
-        raise ValueError(f"speculative: {key}: expected a number in [{low}, {high}], got {value!r}")
+        raise ConfigError(key, f"speculative: {key}: expected a number in [{low}, {high}], got {value!r}")
     return float(value)
 
 
@@ -70,13 +71,13 @@ class QuantizedConfig:
 
 
 def quantized_config(params: Mapping[str, Any]) -> dict[str, Any]:
-    """A quantized config's parameters over the defaults; a ValueError names a bad key or value."""
+    """A quantized config's parameters over the defaults; a ConfigError names a bad key or value."""
     values = with_defaults("quantized", params, QuantizedConfig)
     if values["quantization"] not in MODES:
-        raise ValueError(f"quantized: quantization: expected one of {', '.join(MODES)}, got {values['quantization']!r}")
+        raise ConfigError("quantization", f"quantized: quantization: expected one of {', '.join(MODES)}, got {values['quantization']!r}")
     n = values["max_new_tokens"]
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"quantized: max_new_tokens: expected int >= 1, got {n!r}")
+        raise ConfigError("max_new_tokens", f"quantized: max_new_tokens: expected int >= 1, got {n!r}")
     return values
 
 

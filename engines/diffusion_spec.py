@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from pytest_redline.contracts import ConfigError
 from pytest_redline.engines import checkpoints, runtime
 from pytest_redline.engines.spec import EngineSpec, check_params, defaults, with_defaults
 
@@ -36,7 +37,7 @@ class DecodeConfig:
             flags=("skip_masked_blocks", "use_cache"),
         )
         if values["schedule"] not in SCHEDULES:
-            raise ValueError(f"block_diffusion: schedule: expected one of {', '.join(SCHEDULES)}, got {values['schedule']!r}")
+            raise ConfigError("schedule", f"block_diffusion: schedule: expected one of {', '.join(SCHEDULES)}, got {values['schedule']!r}")
         return cls(**values)
 
 
@@ -93,7 +94,7 @@ class BatchConfig:
             not isinstance(sizes, (list, tuple)) or not sizes or len(set(sizes)) != len(sizes)
             or any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in sizes)
         ):
-            raise ValueError(f"blockbatch: block_sizes: expected a non-empty list of distinct ints >= 1, got {sizes!r}")
+            raise ConfigError("block_sizes", f"blockbatch: block_sizes: expected a non-empty list of distinct ints >= 1, got {sizes!r}")
         check_params(
             "blockbatch", values,
             ints={"sync_lag": 0, "refresh_interval": 0, "max_new_tokens": 1},
@@ -128,13 +129,27 @@ class BlockDiffusionSpec(EngineSpec):
         declared = checkpoints.inspect(path, args["mask_token_id"]).describe()
         return runtime.identity(cls.name, args["device"], args["dtype"], [path], model=path, rules=cls.rules, **declared)
 
-    @staticmethod
-    def check_engine_args(engine_args: Mapping[str, Any]) -> dict[str, str] | None:
+    @classmethod
+    def check_engine_args(cls, engine_args: Mapping[str, Any], params: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
         """The model-free checkpoint check (family, block size, mask token): the gate calls it
-        while preparing a grid; a ``checkpoints.CheckpointError`` names the file and the field.
-        Returns what the checkpoint declares (None for the embedded model)."""
+        for each config while preparing a grid; a ``checkpoints.CheckpointError`` names the file
+        and the field. Returns what the checkpoint declares and ``block_size_used``, the block
+        size (BlockBatch: sizes) the config ``params`` decodes with; None for the embedded model."""
         checkpoint = checkpoints.check_engine_args(engine_args)
-        return None if checkpoint is None else checkpoint.describe()
+        if checkpoint is None:
+            return None
+        return {**checkpoint.describe(), "block_size_used": cls.block_size_used(params or {}, checkpoint.block_size)}
+
+    @classmethod
+    def block_size_used(cls, params: Mapping[str, Any], declared: int | None) -> int | list[int]:
+        """As the engine decodes: the config's own block size, else the checkpoint's ``declared``
+        one (for a Config with a ``block_size``), else the Config's default."""
+        fields = defaults(cls.Config)
+        if "block_size" not in fields:
+            return list(cls.Config.from_params(params).block_sizes)
+        if "block_size" not in params and declared is not None:
+            params = {**params, "block_size": declared}
+        return cls.Config.from_params(params).block_size
 
 
 class FlowBlockSpec(BlockDiffusionSpec):

@@ -42,7 +42,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from pytest_redline.contracts import Generation, Prompt, cut_at_stop
+from pytest_redline.contracts import ConfigError, Generation, Prompt, cut_at_stop
 
 REQUEST_KEYS = ("max_tokens", "temperature", "top_p", "stop", "seed", "extra_body", "n_logprobs")
 APIS = ("completions", "chat")
@@ -103,7 +103,7 @@ class OpenAIEngine:
     def check_config(cls, params: Mapping[str, Any]) -> None:
         unknown = sorted(set(params) - set(REQUEST_KEYS))
         if unknown:
-            raise ValueError(f"openai: unknown config key {unknown[0]!r}; known keys: {', '.join(REQUEST_KEYS)}")
+            raise ConfigError(unknown[0], f"openai: unknown config key {unknown[0]!r}; known keys: {', '.join(REQUEST_KEYS)}", REQUEST_KEYS)
 
     # -- decoding ---------------------------------------------------------------------------
     def generate(self, prompts: Sequence[Prompt], config: Mapping[str, Any]) -> list[Generation]:

@@ -19,7 +19,7 @@ import math
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from pytest_redline.contracts import Generation, Prompt
+from pytest_redline.contracts import ConfigError, Generation, Prompt
 from pytest_redline.outcomes import OutcomeTable
 
 
@@ -37,9 +37,9 @@ class ReplayEngine:
         """A replayed config's parameters are ``{config: NAME}``; checked without the file."""
         unknown = sorted(set(params) - {"config"})
         if unknown:
-            raise ValueError(f"replay: unknown config key {unknown[0]!r}; known keys: config")
+            raise ConfigError(unknown[0], f"replay: unknown config key {unknown[0]!r}; known keys: config", ("config",))
         if not isinstance(params.get("config"), str):
-            raise ValueError(f"replay: config: expected the name of a recorded config, got {params.get('config')!r}")
+            raise ConfigError("config", f"replay: config: expected the name of a recorded config, got {params.get('config')!r}")
 
     def fingerprint(self) -> str:
         """The SHA-256 of the outcome file."""

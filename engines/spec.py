@@ -18,6 +18,7 @@ import importlib
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from pytest_redline.contracts import ConfigError
 from pytest_redline.engines.runtime import cache_weight_hashes
 
 
@@ -44,7 +45,7 @@ class EngineSpec:
 
     @classmethod
     def check_config(cls, params: Mapping[str, Any]) -> None:
-        """The model-free parameter check: a ValueError naming the key and value of a bad config."""
+        """The model-free parameter check: a :class:`ConfigError` naming the key and value of a bad config."""
         cls.Config.from_params(params)
 
     @classmethod
@@ -68,11 +69,11 @@ def defaults(config: type) -> dict[str, Any]:
 
 def with_defaults(engine: str, params: Mapping[str, Any], config: type) -> dict[str, Any]:
     """A config's parameters over the defaults of the dataclass ``config``'s fields; an unknown
-    key is a ValueError that names it and lists the known ones."""
+    key is a :class:`ConfigError` that names it and lists the known ones."""
     values = defaults(config)
     unknown = sorted(set(params) - set(values))
     if unknown:
-        raise ValueError(f"{engine}: unknown config key {unknown[0]!r}; known keys: {', '.join(values)}")
+        raise ConfigError(unknown[0], f"{engine}: unknown config key {unknown[0]!r}; known keys: {', '.join(values)}", tuple(values))
     return {**values, **params}
 
 
@@ -83,15 +84,15 @@ def check_params(
     numbers: Sequence[str] = (),
     flags: Sequence[str] = (),
 ) -> None:
-    """A ValueError naming the engine, the key and the value unless ``values[key]`` is an int of at
-    least ``ints[key]`` (bools are not ints), a number >= 0 for each key of ``numbers``, and a bool
-    for each key of ``flags``."""
+    """A :class:`ConfigError` naming the engine, the key and the value unless ``values[key]`` is an
+    int of at least ``ints[key]`` (bools are not ints), a number >= 0 for each key of ``numbers``,
+    and a bool for each key of ``flags``."""
     for key, least in ints.items():
         if isinstance(values[key], bool) or not isinstance(values[key], int) or values[key] < least:
-            raise ValueError(f"{engine}: {key}: expected int >= {least}, got {values[key]!r}")
+            raise ConfigError(key, f"{engine}: {key}: expected int >= {least}, got {values[key]!r}")
     for key in numbers:
         if isinstance(values[key], bool) or not isinstance(values[key], (int, float)) or values[key] < 0:
-            raise ValueError(f"{engine}: {key}: expected a number >= 0, got {values[key]!r}")
+            raise ConfigError(key, f"{engine}: {key}: expected a number >= 0, got {values[key]!r}")
     for key in flags:
         if not isinstance(values[key], bool):
-            raise ValueError(f"{engine}: {key}: expected true or false, got {values[key]!r}")
+            raise ConfigError(key, f"{engine}: {key}: expected true or false, got {values[key]!r}")

@@ -13,12 +13,13 @@ the engine records them). That engine is built here; it loads no model.
 from __future__ import annotations
 
 import difflib
+import inspect
 import math
-import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from pytest_redline import registry
+from pytest_redline.contracts import ConfigError
 from pytest_redline.enginebook import EngineBook
 from pytest_redline.grid import FASTEST, Grid
 
@@ -197,57 +198,62 @@ def _engine_class(grid: Grid, name: str) -> Any:
 
 def _check_configs(grid: Grid, params: Mapping[str, Mapping[str, Any]], classes: Mapping[str, Any]) -> None:
     """Each config's parameters through its engine's ``check_config`` (no model loads): a
-    typo is one usage error now, not an error on every item after the reference decoded."""
+    typo is one usage error now, not an error on every item after the reference decoded.
+    A :class:`~pytest_redline.contracts.ConfigError` names the key (and the keys the engine
+    knows); any other error names the config."""
     for name, values in params.items():
         check = getattr(classes[name], "check_config", None)
         if not callable(check):
             continue
         try:
             check(dict(values))
+        except ConfigError as e:
+            where = f"configs.{name}" + (f".{e.key}" if e.key is not None else "")
+            raise grid.error(where, str(e) + _did_you_mean(e.key, e.known)) from None
         except (ValueError, TypeError, KeyError) as e:
             message = str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e)
-            key = next((k for k in values if re.search(rf"'{re.escape(str(k))}'|\b{re.escape(str(k))}:", message)), None)
-            raise grid.error(f"configs.{name}" + (f".{key}" if key else ""), message + _did_you_mean(key, message)) from None
+            raise grid.error(f"configs.{name}", message) from None
 
 
 def _check_engine_args(grid: Grid, engine_of, classes: Mapping[str, Any], params) -> dict[str, dict[str, Any]]:
-    """Each engine's model-free ``check_engine_args(engine_args)`` (a checkpoint's family, declared
-    block size and mask token), once per distinct engine: a bad checkpoint is a usage error before
-    any model loads. Returns, per config, what the check reports (for the JSON report), with the
-    block size the config uses (its own ``block_size``, else the declared one)."""
-    declared: dict[str, dict[str, Any]] = {}
-    checked: dict[tuple[str, str], Any] = {}
+    """Each engine's model-free ``check_engine_args`` (a checkpoint's family, declared block size
+    and mask token): a bad checkpoint is a usage error before any model loads. A check that takes
+    a config's parameters is called for each config, another once per distinct engine and
+    arguments. Returns, per config, the mapping the check reports (the values the engine will
+    use), for the JSON report: copied, not read."""
+    reported: dict[str, dict[str, Any]] = {}
+    checked: dict[tuple[str, str, str], Any] = {}
     for name, (engine, args) in engine_of.items():
         check = getattr(classes[name], "check_engine_args", None)
         if not callable(check):
             continue
-        key = (engine, repr(sorted(args.items(), key=str)))
+        per_config = _takes_params(check)
+        key = (engine, repr(sorted(args.items(), key=str)), repr(sorted(params[name].items(), key=str)) if per_config else "")
         if key not in checked:
             try:
-                checked[key] = check(dict(args))
+                checked[key] = check(dict(args), dict(params[name])) if per_config else check(dict(args))
             except (ValueError, TypeError, OSError) as e:
                 own = any(spec.name == name and spec.engine_args for spec in grid.configs or ())
                 raise grid.error(f"configs.{name}.engine_args" if own else "engine_args", str(e)) from None
         if checked[key]:
-            entry = dict(checked[key])
-            used = params[name].get("block_size", params[name].get("block_sizes", entry.get("declared_block_size")))
-            declared[name] = {**entry, "block_size_used": used if used is not None else _default_block(classes[name])}
-    return declared
+            reported[name] = dict(checked[key])
+    return reported
 
 
-def _default_block(engine_class: Any) -> Any:
-    """The engine's default ``block_size`` (its ``Config`` with no parameters), else None."""
+def _takes_params(check: Any) -> bool:
+    """Whether ``check_engine_args`` takes a config's parameters after the engine arguments."""
     try:
-        return getattr(engine_class.Config.from_params({}), "block_size", None)
-    except (AttributeError, ValueError, TypeError):
-        return None
+        parameters = list(inspect.signature(check).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(positional) >= 2 or any(p.kind is p.VAR_POSITIONAL for p in parameters)
 
 
-def _did_you_mean(key: str | None, message: str) -> str:
-    """A "did you mean" for an unknown key, from the known keys the engine's message lists."""
-    if key is None or "did you mean" in message or "known keys:" not in message:
+def _did_you_mean(key: str | None, known: tuple[str, ...]) -> str:
+    """A "did you mean" for a key the engine does not know, from the keys it does."""
+    if key is None or not known or key in known:
         return ""
-    known = [k.strip() for k in message.split("known keys:", 1)[1].split(",")]
     close = difflib.get_close_matches(str(key), known, n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""
 

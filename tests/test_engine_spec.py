@@ -127,3 +127,109 @@ def test_unknown_dtype_is_refused_without_a_model():
 
     with pytest.raises(ValueError, match="engine_args.dtype: expected auto, float32"):
         runtime.dtype_name("int8", "cpu")
+
+
+BAD_CONFIGS = [
+    ("block_diffusion", {"blok_size": 4}, "blok_size", r"^block_diffusion: unknown config key 'blok_size'; known keys: block_size, "),
+    ("block_diffusion", {"buffer_size": 0}, "buffer_size", r"^block_diffusion: buffer_size: expected int >= 1, got 0$"),
+    ("block_diffusion", {"schedule": "lazy"}, "schedule", r"^block_diffusion: schedule: expected one of diffulex, eager, got 'lazy'$"),
+    ("flowblock", {"use_cache": 1}, "use_cache", r"^flowblock: use_cache: expected true or false, got 1$"),
+    ("blockbatch", {"block_sizes": [4, 4]}, "block_sizes", r"^blockbatch: block_sizes: expected a non-empty list of distinct ints"),
+    ("speculative", {"posterior_alpha": 0.2}, "posterior_alpha", r"^speculative: posterior_alpha: applies only to acceptance: typical"),
+    ("speculative", {"acceptance": "typical", "temperature": -1}, "temperature", r"^speculative: temperature: expected a number in"),
+    ("quantized", {"quantization": "int4"}, "quantization", r"^quantized: quantization: expected one of none, int8, nf4, fp4, got 'int4'$"),
+]
+
+
+@pytest.mark.parametrize("name, params, key, message", BAD_CONFIGS)
+def test_structured_config_errors_check_config(name: str, params: dict, key: str, message: str):
+    """A spec's check raises ConfigError: the key it is about, the message a user reads, and
+    (for an unknown key) the keys the engine knows, declared once by its Config's fields."""
+    from pytest_redline.contracts import ConfigError
+
+    spec = registry.factory(registry.ENGINES, name)
+    with pytest.raises(ConfigError, match=message) as raised:
+        spec.check_config(params)
+    assert raised.value.key == key and str(raised.value) == raised.value.message
+    if "unknown config key" in raised.value.message:
+        import dataclasses
+
+        assert raised.value.known == tuple(f.name for f in dataclasses.fields(spec.Config))
+    else:
+        assert raised.value.known == ()
+
+
+def test_gate_reads_the_fields_of_a_config_error():
+    """The gate names configs.<config>.<key> from ConfigError.key and suggests from .known,
+    whatever the message says; an engine's plain ValueError names the config."""
+    from pytest_redline.calibration import _check_configs
+    from pytest_redline.contracts import ConfigError
+    from pytest_redline.grid import GridError
+
+    class Grid:
+        def error(self, key, message):
+            return GridError("redline.yaml", key, message)
+
+    class Structured:
+        @classmethod
+        def check_config(cls, params):
+            raise ConfigError("spead", "toy: no such knob (the text names no key)", ("speed", "size"))
+
+    class Plain:
+        @classmethod
+        def check_config(cls, params):
+            raise ValueError("toy: 'speed' is wrong")
+
+    with pytest.raises(GridError, match=r"^redline.yaml: configs.fast.spead: toy: no such knob \(the text names no key\) \(did you mean 'speed'\?\)$"):
+        _check_configs(Grid(), {"fast": {"spead": 1}}, {"fast": Structured})
+    with pytest.raises(GridError, match=r"^redline.yaml: configs.fast: toy: 'speed' is wrong$"):
+        _check_configs(Grid(), {"fast": {"speed": 1}}, {"fast": Plain})
+
+
+def test_engine_reports_the_values_it_uses_check_engine_args(tmp_path: Path):
+    """check_engine_args(engine_args, params) reports, per config, what the engine will use; the
+    gate copies each mapping into the report without reading it (an engine whose check takes only
+    engine_args is called once per distinct arguments)."""
+    from pytest_redline.calibration import _check_engine_args
+
+    dream = tmp_path / "dream"
+    dream.mkdir()
+    (dream / "config.json").write_text(json.dumps({"model_type": "Dream", "architectures": ["DreamModel"], "mask_token_id": 1}))
+    spec = registry.factory(registry.ENGINES, "block_diffusion")
+    batch = registry.factory(registry.ENGINES, "blockbatch")
+    assert spec.check_engine_args({"model": str(dream)}, {"block_size": 4})["block_size_used"] == 4
+    assert spec.check_engine_args({"model": str(dream)}, {})["block_size_used"] == 8  # Dream declares none: the default
+    assert batch.check_engine_args({"model": str(dream)}, {})["block_size_used"] == [4, 8, 16]
+    assert spec.check_engine_args({}, {"block_size": 4}) is None  # the embedded model: nothing to report
+
+    calls = []
+
+    class Opaque:
+        @staticmethod
+        def check_engine_args(engine_args, params):
+            calls.append(dict(params))
+            return {"anything": params.get("knob"), "at": engine_args["at"]}
+
+    class Once:
+        @staticmethod
+        def check_engine_args(engine_args):
+            calls.append(None)
+            return {"seen": engine_args["at"]}
+
+    engines = {"a": ("opaque", {"at": 1}), "b": ("opaque", {"at": 1}), "c": ("once", {"at": 2}), "d": ("once", {"at": 2})}
+    classes = {"a": Opaque, "b": Opaque, "c": Once, "d": Once}
+    params = {"a": {"knob": "x"}, "b": {}, "c": {"knob": "y"}, "d": {}}
+    reported = _check_engine_args(None, engines, classes, params)
+    assert reported == {"a": {"anything": "x", "at": 1}, "b": {"anything": None, "at": 1}, "c": {"seen": 2}, "d": {"seen": 2}}
+    assert calls == [{"knob": "x"}, {}, None]
+
+
+def test_structured_config_errors_replay_and_endpoint():
+    from pytest_redline.contracts import ConfigError
+
+    for name, params, key, known in (("replay", {"confg": "a"}, "confg", ("config",)), ("replay", {"config": 3}, "config", ()),
+                                     ("openai", {"max_token": 5}, "max_token", None)):
+        with pytest.raises(ConfigError) as raised:
+            registry.factory(registry.ENGINES, name).check_config(params)
+        assert raised.value.key == key and (known is None or raised.value.known == known)
+    assert "max_tokens" in raised.value.known
