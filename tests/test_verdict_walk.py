@@ -52,6 +52,7 @@ def walk(call, layers=LAYERS):
     return value, [name for name, _ in itertools.groupby(calls)]
 
 
+@pytest.mark.slow  # a gate over 7,084 replayed items in process: about 12 s
 def test_judge_visits_each_module_in_at_most_three_runs(pytester: pytest.Pytester, monkeypatch) -> None:
     project = Project(pytester)
     outcomes = ROOT / "tests" / "data" / "redline" / "llada2_math.csv"

@@ -20,10 +20,13 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_redline import cli_args
 from pytest_redline.cli_args import EXIT_OK, UsageError, positive_int, probability
+
+if TYPE_CHECKING:  # the analyses import scipy: a command imports them when it runs
+    from pytest_redline.lab.procedure import Procedure
 
 EXIT_FLAGGED = 1
 
@@ -112,8 +115,8 @@ def _split_options(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _procedure(args: argparse.Namespace) -> Any:
-    from pytest_redline.lab.analysis import Procedure
+def _procedure(args: argparse.Namespace) -> Procedure:
+    from pytest_redline.lab.procedure import Procedure
 
     return Procedure(args.delta, args.correction, args.family)
 
