@@ -54,11 +54,13 @@ SLOW_S = 5.0  # a test over this, setup and teardown included, is marked slow (p
 def pytest_terminal_summary(terminalreporter):
     """List, at the end of every run, each test not marked ``slow`` that took over SLOW_S seconds
     (setup, call and teardown together: what it costs the inner loop, ``pytest -m "not slow"``),
-    so that the marks stay true."""
+    so that the marks stay true. A gate's items (``pytest --redline-alpha`` at the rootdir loads this
+    file too) are not tests and are left out."""
     took: dict[str, float] = {}
     for reports in terminalreporter.stats.values():
         for report in reports:
-            if getattr(report, "when", None) in ("setup", "call", "teardown") and "slow" not in report.keywords:
+            test_file = report.nodeid.split("::")[0].endswith(".py") if hasattr(report, "nodeid") else False
+            if test_file and getattr(report, "when", None) in ("setup", "call", "teardown") and "slow" not in report.keywords:
                 took[report.nodeid] = took.get(report.nodeid, 0.0) + report.duration
     over = sorted(((seconds, nodeid) for nodeid, seconds in took.items() if seconds > SLOW_S), reverse=True)
     if over:

@@ -1,6 +1,7 @@
 """The slow-mark check (tests/conftest.py): every run ends with a list of the tests not marked
 ``slow`` that took over the limit, setup and teardown included, so that ``pytest -m "not slow"``
 stays the fast inner loop."""
+import importlib.util
 from pathlib import Path
 
 pytest_plugins = ["pytester"]
@@ -44,3 +45,29 @@ def test_fast():
     listed = result.stdout.str().split("not marked slow took over", 1)[1]
     assert "test_marked" not in listed and "test_fast" not in listed
     assert "took over" not in pytester.runpytest("-p", "no:cacheprovider", "-k", "test_fast or test_marked").stdout.str()
+
+
+def test_leaves_out_items_that_are_not_in_a_test_file():
+    spec = importlib.util.spec_from_file_location("tests_conftest", Path(__file__).with_name("conftest.py"))
+    conftest = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(conftest)
+
+    class Report:
+        when, duration, keywords = "call", 60.0, {}
+
+        def __init__(self, nodeid):
+            self.nodeid = nodeid
+
+    class Reporter:
+        stats = {"passed": [Report("::acc95/semi90::arithmetic/cal/0"), Report("tests/test_x.py::test_y")]}
+        lines: list[str] = []
+
+        def write_sep(self, sep, title):
+            self.lines.append(title)
+
+        def write_line(self, line):
+            self.lines.append(line)
+
+    reporter = Reporter()
+    conftest.pytest_terminal_summary(reporter)
+    assert reporter.lines[1:] == ["   60.0 s  tests/test_x.py::test_y"]  # a gate's item is not a test
