@@ -68,7 +68,7 @@ from transformers import DynamicCache
 from pytest_redline.contracts import BlockLifecycle  # noqa: F401  (re-exported: this engine's extension protocol)
 from pytest_redline.contracts import Generation, Prompt, Reads, Step, cut_at_stop
 from pytest_redline.engines import checkpoints, modeling, runtime
-from pytest_redline.engines.autoregressive import encode, eos_ids, set_threads
+from pytest_redline.engines.common import encode, eos_ids, set_threads
 from pytest_redline.engines.diffusion_spec import BlockDiffusionSpec, DecodeConfig
 
 @dataclass
@@ -106,7 +106,7 @@ def cut_at_eos(answer: Sequence[int], eos: frozenset[int]) -> tuple[list[int], b
 class BlockDiffusionEngine(BlockDiffusionSpec):
     """``BlockDiffusionEngine(model=PATH, device="auto", dtype="auto", mask_token_id=None,
     trust_remote_code=False, trace=None, threads=None)``; the model defaults to the embedded bd-tiny.
-    ``threads`` sets torch's intra-op threads (see ``autoregressive.set_threads``). Its name,
+    ``threads`` sets torch's intra-op threads (see ``common.set_threads``). Its name,
     config, rules version and model-free methods are in ``diffusion_spec.BlockDiffusionSpec``."""
 
     Request = Request

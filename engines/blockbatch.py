@@ -73,8 +73,8 @@ import torch
 
 from pytest_redline.contracts import Generation, Prompt, Step
 from pytest_redline.engines import modeling
-from pytest_redline.engines.autoregressive import encode
 from pytest_redline.engines.block_diffusion import BlockDiffusionEngine, KVRows
+from pytest_redline.engines.common import encode
 from pytest_redline.engines.diffusion_spec import BatchConfig, BlockBatchSpec
 
 @dataclass
@@ -117,7 +117,7 @@ class Request:
 class BlockBatchEngine(BlockBatchSpec, BlockDiffusionEngine):
     """``BlockBatchEngine(model=PATH, device="auto", dtype="auto", mask_token_id=None,
     trust_remote_code=False, trace=None, threads=None)``; the model defaults to the embedded bd-tiny.
-    ``threads`` sets torch's intra-op threads (see ``autoregressive.set_threads``)."""
+    ``threads`` sets torch's intra-op threads (see ``common.set_threads``)."""
 
     refresh_from_scratch = True  # False: a refresh reuses the cache (the law that it is exact)
 

@@ -36,6 +36,7 @@ from typing import Any, Mapping, Sequence
 
 from pytest_redline.contracts import Generation, Prompt, cut_at_stop
 from pytest_redline.engines import runtime
+from pytest_redline.engines.common import encode, eos_ids, set_threads
 
 DIFFUSION_KEYS = ("confidence_threshold", "stability_threshold", "max_denoising_steps", "sampler_config", "t_min", "t_max")
 CAUSAL_KEYS = (
@@ -147,7 +148,6 @@ class HFGenerateEngine:
         import torch
 
         from pytest_redline.engines import modeling
-        from pytest_redline.engines.autoregressive import eos_ids, set_threads
 
         set_threads(threads, self.name)
         self.declared = self.check_engine_args({"model": model, "seed": seed})
@@ -222,8 +222,6 @@ class HFGenerateEngine:
         return self._assistants[folder]
 
     def _one(self, prompt: Prompt, kwargs: dict[str, Any]) -> Generation:
-        from pytest_redline.engines.autoregressive import encode
-
         torch = self._torch
         ids = torch.tensor([encode(self.tokenizer, prompt, self.name)], device=self.device)
         call = dict(kwargs)

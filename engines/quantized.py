@@ -29,8 +29,9 @@ from transformers import AutoModelForCausalLM, BitsAndBytesConfig
 
 from pytest_redline.contracts import Generation, Prompt
 from pytest_redline.engines import memory, modeling, runtime
-from pytest_redline.engines.autoregressive import Request, eos_ids, generation, greedy, new_requests, set_threads, token_count
+from pytest_redline.engines.autoregressive import Request, generation, greedy, new_requests, token_count
 from pytest_redline.engines.autoregressive_spec import QuantizedSpec, absmax_dtype, quantization_runtime, quantized_config
+from pytest_redline.engines.common import eos_ids, set_threads
 from pytest_redline.engines.runtime import AR_TARGET
 
 def bnb_config(mode: str, compute_dtype: torch.dtype) -> BitsAndBytesConfig:
@@ -42,7 +43,7 @@ def bnb_config(mode: str, compute_dtype: torch.dtype) -> BitsAndBytesConfig:
 class QuantizedEngine(QuantizedSpec):
     """``QuantizedEngine(model=PATH, device="auto", dtype="auto", measure_peak=True, threads=None)``;
     the model defaults to the embedded ``ar-target``. One quantization is loaded at a time (the
-    last used). ``threads`` sets torch's intra-op threads (see ``autoregressive.set_threads``)."""
+    last used). ``threads`` sets torch's intra-op threads (see ``common.set_threads``)."""
 
     # name, config check and model-free methods: autoregressive_spec.QuantizedSpec
 

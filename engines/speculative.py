@@ -41,9 +41,10 @@ import torch
 from pytest_redline.contracts import Generation, Prompt
 from pytest_redline.engines import modeling, runtime
 from pytest_redline.engines.autoregressive import (
-    Request, RowCache, eos_ids, fill_order, generation, new_request, new_requests, only_tokens, set_threads, token_count,
+    Request, RowCache, fill_order, generation, new_request, new_requests, only_tokens, token_count,
 )
 from pytest_redline.engines.autoregressive_spec import SpecConfig, SpeculativeSpec, check_same_tokenizer
+from pytest_redline.engines.common import eos_ids, set_threads
 from pytest_redline.engines.runtime import AR_DRAFT, AR_TARGET
 
 def accepted_lengths(logits: torch.Tensor, proposals: torch.Tensor, cfg: SpecConfig, best: torch.Tensor | None = None) -> torch.Tensor:
@@ -65,7 +66,7 @@ def accepted_lengths(logits: torch.Tensor, proposals: torch.Tensor, cfg: SpecCon
 class SpeculativeEngine(SpeculativeSpec):
     """``SpeculativeEngine(target=PATH, draft=PATH, device="auto", dtype="auto", threads=None)``;
     the models default to the embedded ``ar-target`` and ``ar-draft``, which must share one
-    tokenizer. ``threads`` sets torch's intra-op threads (see ``autoregressive.set_threads``).
+    tokenizer. ``threads`` sets torch's intra-op threads (see ``common.set_threads``).
     Its name, config and model-free methods are in ``autoregressive_spec.SpeculativeSpec``."""
 
     def __init__(

@@ -35,8 +35,8 @@ torch = pytest.importorskip("torch")
 
 import peers  # noqa: E402  (tests/peers.py)
 from peers import one_thread  # noqa: E402,F401  (an autouse fixture)
-from pytest_redline.engines.autoregressive import encode  # noqa: E402
 from pytest_redline.engines.block_diffusion import BlockDiffusionEngine  # noqa: E402
+from pytest_redline.engines.common import encode  # noqa: E402
 from pytest_redline.suites.arithmetic import ArithmeticSuite  # noqa: E402
 
 BLOCK, GEN, THRESHOLD = 4, 8, 0.9

@@ -46,7 +46,7 @@ def prompts():
 
 
 def test_equivalent_engine_model_generate_diffusion_gemma(gemma_folder, prompts):
-    from pytest_redline.engines.autoregressive import encode
+    from pytest_redline.engines.common import encode
     from transformers.models.diffusion_gemma.generation_diffusion_gemma import EntropyBoundSamplerConfig
 
     engine = HFGenerateEngine(model=gemma_folder, device="cpu", dtype="float32", seed=7)

@@ -16,7 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from compact_row_cache import CompactRowCache
-from pytest_redline.engines.autoregressive import RowCache, common_prefix, encode, greedy, new_requests
+from pytest_redline.engines.autoregressive import RowCache, common_prefix, greedy, new_requests
+from pytest_redline.engines.common import encode
 from pytest_redline.engines.runtime import AR_DRAFT, AR_TARGET
 from pytest_redline.engines.autoregressive_spec import SPEC_DEFAULTS as DEFAULTS, SpecConfig
 from pytest_redline.engines.speculative import SpeculativeEngine, accepted_lengths
@@ -523,3 +524,13 @@ def test_stop_string_ends_the_request_with_tokens_through_the_cut(engine, suite,
             continue
         assert g.text == whole.text.split(",")[0] and g.tokens <= whole.tokens and g.forwards <= whole.forwards
         assert "," in decode(req.output) and "," not in decode(req.output[:-1])
+
+
+def test_old_helper_names_warn():
+    """encode, eos_ids and set_threads moved to engines/common.py; the old names still import from
+    autoregressive until pytest-redline 0.2, with a DeprecationWarning naming the new place."""
+    from pytest_redline.engines import autoregressive, common
+
+    for name in ("encode", "eos_ids", "set_threads"):
+        with pytest.warns(DeprecationWarning, match=rf"autoregressive\.{name} moved to pytest_redline\.engines\.common\.{name}"):
+            assert getattr(autoregressive, name) is getattr(common, name)
