@@ -49,6 +49,7 @@ def test_command_dispatch(capsys):
     assert command.main(["fit"]) == 2 and "got 'fit'" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # imports torch, transformers and the engine (7 s cold under load)
 @pytest.mark.parametrize(("params", "message"), [
     ("[1]", "--params: expected a JSON object"),
     ("{", "--params: expected a JSON object"),
