@@ -9,6 +9,8 @@ import signal
 import threading
 from typing import Any, Mapping
 
+from pytest_redline.contracts import Engine, Generation, Prompt
+
 
 class BatchTimeout(Exception):
     """A batch ran past the grid key ``timeout``."""
@@ -21,11 +23,11 @@ class BatchRunner:
     def __init__(self, timeout: float | None = None) -> None:
         self.timeout = timeout
 
-    def generate(self, engine: Any, prompts: list, params: Mapping[str, Any]) -> list:
+    def generate(self, engine: Engine, prompts: list[Prompt], params: Mapping[str, Any]) -> list[Generation]:
         with paused_gc():
             return self._in_time(engine, prompts, params)
 
-    def _in_time(self, engine: Any, prompts: list, params: Mapping[str, Any]) -> list:
+    def _in_time(self, engine: Engine, prompts: list[Prompt], params: Mapping[str, Any]) -> list[Generation]:
         timeout = self.timeout
         if timeout is None:
             return list(engine.generate(prompts, params))

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from pytest_redline import registry
-from pytest_redline.contracts import ConfigError
+from pytest_redline.contracts import ConfigError, EngineFactory, Prompt, Suite
 from pytest_redline.enginebook import EngineBook
 from pytest_redline.grid import FASTEST, Grid
 
@@ -35,8 +35,8 @@ class Calibration:
     configs: tuple[str, ...]
     params: Mapping[str, Mapping[str, Any]]
     engines: Mapping[str, tuple[str, Mapping[str, Any]]]
-    suite: Any
-    prompts: tuple[Any, ...]
+    suite: Suite | None
+    prompts: tuple[Prompt, ...]
     alpha: float
     delta: float
     delta_share: float
@@ -140,14 +140,14 @@ def _registered(grid: Grid, key: str, group: str, name: str) -> None:
         raise grid.error(key, str(e)) from None
 
 
-def _build_suite(grid: Grid) -> Any:
+def _build_suite(grid: Grid) -> Suite:
     try:
         return registry.factory(registry.SUITES, grid.suite)(**grid.suite_args)
     except Exception as e:
         raise grid.error("suite_args", f"suite {grid.suite!r} failed to build with {dict(grid.suite_args)!r}: {type(e).__name__}: {e}") from None
 
 
-def _recorded(grid: Grid, engines: EngineBook) -> tuple[tuple[Any, ...], Mapping[str, Mapping[str, Any]]]:
+def _recorded(grid: Grid, engines: EngineBook) -> tuple[tuple[Prompt, ...], Mapping[str, Mapping[str, Any]]]:
     """Prompts and configs from an engine that records them (replay)."""
     try:
         engine = engines.get(grid.engine, grid.engine_args)
@@ -189,14 +189,14 @@ def _configs(grid: Grid, recorded: Mapping[str, Mapping[str, Any]] | None):
     return names, params, engine_of
 
 
-def _engine_class(grid: Grid, name: str) -> Any:
+def _engine_class(grid: Grid, name: str) -> EngineFactory:
     try:
         return registry.factory(registry.ENGINES, name)
     except registry.RegistryError as e:
         raise grid.error("engine", str(e)) from None
 
 
-def _check_configs(grid: Grid, params: Mapping[str, Mapping[str, Any]], classes: Mapping[str, Any]) -> None:
+def _check_configs(grid: Grid, params: Mapping[str, Mapping[str, Any]], classes: Mapping[str, EngineFactory]) -> None:
     """Each config's parameters through its engine's ``check_config`` (no model loads): a
     typo is one usage error now, not an error on every item after the reference decoded.
     A :class:`~pytest_redline.contracts.ConfigError` names the key (and the keys the engine
@@ -215,7 +215,7 @@ def _check_configs(grid: Grid, params: Mapping[str, Mapping[str, Any]], classes:
             raise grid.error(f"configs.{name}", message) from None
 
 
-def _check_engine_args(grid: Grid, engine_of, classes: Mapping[str, Any], params) -> dict[str, dict[str, Any]]:
+def _check_engine_args(grid: Grid, engine_of, classes: Mapping[str, EngineFactory], params) -> dict[str, dict[str, Any]]:
     """Each engine's model-free ``check_engine_args`` (a checkpoint's family, declared block size
     and mask token): a bad checkpoint is a usage error before any model loads. A check that takes
     a config's parameters is called for each config, another once per distinct engine and
@@ -258,7 +258,7 @@ def _did_you_mean(key: str | None, known: tuple[str, ...]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
-def _check_prompts(grid: Grid, prompts: tuple[Any, ...]) -> None:
+def _check_prompts(grid: Grid, prompts: tuple[Prompt, ...]) -> None:
     key = "suite" if grid.suite is not None else "engine_args"
     seen = set()
     for prompt in prompts:

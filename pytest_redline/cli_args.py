@@ -9,11 +9,14 @@ from __future__ import annotations
 import argparse
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from pytest_redline.checks import CORRECTIONS, FAMILIES, probability_arg
+
+if TYPE_CHECKING:  # imported when a command loads an outcome CSV (load_outcomes)
+    from pytest_redline.outcomes import OutcomeTable
 
 EXIT_OK = 0
 EXIT_USAGE = 2
@@ -90,7 +93,7 @@ def add_outcome_arguments(parser: argparse.ArgumentParser, several: bool = False
 class Outcomes:
     """A loaded outcome CSV, ready for the risk functions."""
 
-    table: Any  # OutcomeTable, restricted to --configs
+    table: OutcomeTable  # restricted to --configs
     cost: np.ndarray
     cost_kind: str
     reference: int

@@ -32,6 +32,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from pytest_redline import __version__
 from pytest_redline.batchrun import BatchRunner
 from pytest_redline.calibration import Calibration
+from pytest_redline.contracts import Generation, Prompt
 from pytest_redline.enginebook import EngineBook
 from pytest_redline.schedule import EARLY_STOP, REFERENCE_WRONG, CandidateRun, Schedule, contenders
 from pytest_redline.scoring import engine_prompts, rescored, scoring_version, stop_identity, verdict
@@ -343,7 +344,7 @@ class Decoder:
             copied[wanted[old_key]] = outcome
         return copied
 
-    def _current(self, key: str, prompt: Any, outcome: StoredOutcome) -> StoredOutcome:
+    def _current(self, key: str, prompt: Prompt, outcome: StoredOutcome) -> StoredOutcome:
         """A stored outcome under the current scoring: judged again (and updated in the store)
         when the scoring version changed; nothing is decoded."""
         again = rescored(self.cal, prompt, outcome, self.scoring)
@@ -397,7 +398,7 @@ class Decoder:
             self.store.put(key, outcome, grid=self.cal.grid.name, config=config, prompt=prompt.id)
             self._outcomes[config][i] = outcome
 
-    def _score(self, prompt: Any, generation: Any) -> StoredOutcome:
+    def _score(self, prompt: Prompt, generation: Generation) -> StoredOutcome:
         if not isinstance(generation.text, str):
             raise TypeError(f"Generation.text must be a str, got {type(generation.text).__name__}")
         return StoredOutcome(
@@ -463,7 +464,7 @@ def _suite_identity(cal: Calibration) -> dict[str, Any] | None:
     }
 
 
-def _prompt_identity(prompt: Any) -> dict[str, Any]:
+def _prompt_identity(prompt: Prompt) -> dict[str, Any]:
     return {"id": prompt.id, "text": prompt.text, "messages": list(prompt.messages), "meta": dict(prompt.meta)}
 
 

@@ -15,6 +15,7 @@ import os
 from typing import Any, Mapping
 
 from pytest_redline import registry
+from pytest_redline.contracts import Engine
 
 # Attributes an engine may expose instead of describe(); they enter the outcome store's key.
 DESCRIBED = ("device", "dtype", "torch_version", "seed")
@@ -28,7 +29,7 @@ def args_key(name: str, args: Mapping[str, Any]) -> str:
     return json.dumps([name, args], sort_keys=True, default=str)
 
 
-def describe(engine: Any) -> dict[str, str]:
+def describe(engine: Engine) -> dict[str, str]:
     """What the engine reports about where and how it runs (device, dtype, torch version...).
 
     ``engine.describe()`` when it has one, else the attributes of :data:`DESCRIBED` it has.
@@ -51,11 +52,11 @@ class EngineBook:
 
     def __init__(self, cache_dir: str | os.PathLike | None = None) -> None:
         self.cache_dir = cache_dir  # beside the outcome store: where engines may cache what identifies them
-        self._engines: dict[str, Any] = {}
+        self._engines: dict[str, Engine] = {}
         self._failures: dict[str, EngineBuildError] = {}
         self._identities: dict[str, dict[str, Any]] = {}
 
-    def get(self, name: str, args: Mapping[str, Any]) -> Any:
+    def get(self, name: str, args: Mapping[str, Any]) -> Engine:
         key = args_key(name, args)
         if key in self._failures:
             raise self._failures[key]
@@ -98,7 +99,7 @@ class EngineBook:
             self._identities[key] = {"engine": name, "engine_args": key_args(name, args), **found}
         return self._identities[key]
 
-    def _check_identity(self, key: str, name: str, engine: Any) -> None:
+    def _check_identity(self, key: str, name: str, engine: Engine) -> None:
         """A built engine must describe itself as its model-free identity said (the outcome key)."""
         known = self._identities.get(key)
         if known is None:

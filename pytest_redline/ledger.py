@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from pytest_redline.calibration import Calibration
 from pytest_redline.record import ItemRecord
+
+if TYPE_CHECKING:  # annotations only: the ledger's code calls no pytest
+    import pytest
 
 REASONS = ("errored", "skipped", "deselected", "not run")
 
@@ -118,7 +121,7 @@ class Ledger:
         self._deselected: dict[str, set[tuple[str, str]]] = {label: set() for label in self._cals}
         self._skips: dict[str, dict[tuple[str, str], Skip]] = {label: {} for label in self._cals}
 
-    def record(self, report: Any) -> None:
+    def record(self, report: pytest.TestReport) -> None:
         """Take one test report (any phase); reports of other tests are ignored."""
         if report.passed and report.when != "call":  # a passed setup or teardown says nothing
             return

@@ -16,7 +16,12 @@ import dataclasses
 import math
 from collections import abc
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, NamedTuple
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, NamedTuple
+
+if TYPE_CHECKING:  # annotations only: record.py imports no module of the gate
+    import pytest
+
+    from pytest_redline.store import StoredOutcome
 
 #: How each property is read back from a report (values are builtins there).
 _READ = {
@@ -83,7 +88,7 @@ class ItemRecord:
     def has_outcome(self) -> bool:
         return self.correct is not None
 
-    def with_outcome(self, outcome: Any, source: str, **fields: Any) -> "ItemRecord":
+    def with_outcome(self, outcome: StoredOutcome, source: str, **fields: Any) -> "ItemRecord":
         """This record with a decoded or stored outcome (a :class:`~pytest_redline.store.StoredOutcome`)
         and any other ``fields`` set, in one copy."""
         return dataclasses.replace(
@@ -158,7 +163,7 @@ def publish(user_properties: list[tuple[str, Any]], record: ItemRecord) -> None:
     user_properties[:] = [p for p in user_properties if p[0] not in _FIELD_SET] + record.to_properties()
 
 
-def is_regression(report: Any) -> bool:
+def is_regression(report: pytest.TestReport) -> bool:
     """A passed call whose item regressed (reference right, candidate wrong)."""
     if report.when != "call" or not report.passed or not any(k == "regression" and v for k, v in report.user_properties):
         return False

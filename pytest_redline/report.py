@@ -6,11 +6,15 @@ import os
 import re
 import tempfile
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from pytest_redline import text
 from pytest_redline.ledger import REASONS
+from pytest_redline.spend import Spend
 from pytest_redline.verdict import PROMPTS_LIMIT, GridVerdict
+
+if TYPE_CHECKING:  # the statistics load scipy: imported when a grid is certified (verdict.judge)
+    from pytest_redline.risk import RedlineResult
 
 EXAMPLES = 3
 ANSWER_CHARS = 300
@@ -121,7 +125,7 @@ def _decode_line(v: GridVerdict) -> str:
     return f"decoding per config: {shown} (pytest's durations charge it to the items that trigger it: docs/gate.md)"
 
 
-def _spend_line(spend: Any) -> str:
+def _spend_line(spend: Spend) -> str:
     if spend.forwards is None or spend.naive_forwards is None:
         text = f"spend: {spend.items_run} of {spend.items} items run (forwards unknown)"
     else:
@@ -386,7 +390,7 @@ def atomic_write(path: Path, text: str) -> None:
         raise
 
 
-def _gain(r: Any, i: int) -> str:
+def _gain(r: RedlineResult, i: int) -> str:
     return text.gain(r.gain[i], r.gain_kind)
 
 

@@ -18,12 +18,18 @@ import html
 import json
 import math
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+if TYPE_CHECKING:  # annotations only: review.py imports the gate's modules inside the functions that use them
+    from pytest_redline.calibration import Calibration
+    from pytest_redline.contracts import Prompt
+    from pytest_redline.enginebook import EngineBook
+    from pytest_redline.verdict import GridVerdict
 
 SWEEP_ALPHAS = tuple(round(0.01 * k, 2) for k in range(1, 31))
 
 
-def render(verdicts: Sequence[Any], provenance: Mapping[str, Any]) -> str:
+def render(verdicts: Sequence[GridVerdict], provenance: Mapping[str, Any]) -> str:
     """The whole page for the session's grid verdicts."""
     from pytest_redline.report import grid_report
 
@@ -39,7 +45,7 @@ def render(verdicts: Sequence[Any], provenance: Mapping[str, Any]) -> str:
     )
 
 
-def write_html(path: str | Path, verdicts: Sequence[Any], provenance: Mapping[str, Any]) -> None:
+def write_html(path: str | Path, verdicts: Sequence[GridVerdict], provenance: Mapping[str, Any]) -> None:
     from pytest_redline.report import atomic_write
 
     atomic_write(Path(path), render(verdicts, provenance))
@@ -63,7 +69,7 @@ def check_writable(path: str | Path) -> str | None:
 # --------------------------------------------------------------------------- one grid
 
 
-def _grid_section(v: Any, rep: Mapping[str, Any], prov: Mapping[str, Any], index: int) -> str:
+def _grid_section(v: GridVerdict, rep: Mapping[str, Any], prov: Mapping[str, Any], index: int) -> str:
     cal = v.cal
     parts = [f'<section class="grid" id="grid-{index}">',
              f"<h2>{_e(cal.grid.name)} <small>{_e(cal.label)}</small></h2>",
@@ -73,7 +79,7 @@ def _grid_section(v: Any, rep: Mapping[str, Any], prov: Mapping[str, Any], index
     return "\n".join(parts)
 
 
-def _verdict_box(v: Any, rep: Mapping[str, Any]) -> str:
+def _verdict_box(v: GridVerdict, rep: Mapping[str, Any]) -> str:
     mode = rep["deploy_mode"]
     if not rep["complete"]:
         head, cls = "PARTIAL: nothing is certified", "partial"
@@ -198,7 +204,7 @@ def _risk_chart(rep: Mapping[str, Any]) -> str:
             f'against its gain over the reference; the line is alpha.</figcaption></figure>')
 
 
-def sweep_points(v: Any) -> list[tuple[float, str, float]] | None:
+def sweep_points(v: GridVerdict) -> list[tuple[float, str, float]] | None:
     """(alpha, deployed config, its gain) at each alpha of :data:`SWEEP_ALPHAS`, from the
     session's own outcomes; None when they do not allow it (a partial or scheduled live run,
     whose stops were decided at this alpha only)."""
@@ -213,7 +219,7 @@ def sweep_points(v: Any) -> list[tuple[float, str, float]] | None:
     return [(s.alpha, s.deployed, float(s.gain[s.deployed_index])) for s in results]
 
 
-def _sweep_chart(v: Any, rep: Mapping[str, Any]) -> str:
+def _sweep_chart(v: GridVerdict, rep: Mapping[str, Any]) -> str:
     try:
         points = sweep_points(v)
     except ValueError as e:  # an outcome table the sweep cannot take: say so, never fail the page
@@ -238,7 +244,7 @@ def _sweep_chart(v: Any, rep: Mapping[str, Any]) -> str:
 # --------------------------------------------------------------------------- regressions
 
 
-def _regressions(v: Any, rep: Mapping[str, Any], index: int) -> str:
+def _regressions(v: GridVerdict, rep: Mapping[str, Any], index: int) -> str:
     regressions = rep.get("regressions") or []
     prompts = {p.id: p for p in v.cal.prompts}
     configs = sorted({r["config"] for r in regressions}, key=list(v.cal.configs).index)
@@ -257,7 +263,7 @@ def _regressions(v: Any, rep: Mapping[str, Any], index: int) -> str:
     return head + "".join(blocks)
 
 
-def _regression_card(r: Mapping[str, Any], prompt: Any, reference: str) -> str:
+def _regression_card(r: Mapping[str, Any], prompt: Prompt, reference: str) -> str:
     text = "" if prompt is None else (prompt.text or "\n".join(f"{m.get('role')}: {m.get('content')}" for m in prompt.messages))
     gold = _gold(prompt)
     replayed = not (r.get("reference_answer") or r.get("candidate_answer"))
@@ -288,7 +294,7 @@ def _output(text: str, extracted: Any, rule: Any) -> str:
             f' <span class="rule">rule: {_e(rule or "not reported")}</span></p>')
 
 
-def _gold(prompt: Any) -> str:
+def _gold(prompt: Prompt) -> str:
     if prompt is None:
         return ""
     meta = dict(prompt.meta)
@@ -312,7 +318,7 @@ def file_sha256(path: str | Path) -> str | None:
         return None
 
 
-def _grid_provenance(cal: Any, rep: Mapping[str, Any], prov: Mapping[str, Any]) -> str:
+def _grid_provenance(cal: Calibration, rep: Mapping[str, Any], prov: Mapping[str, Any]) -> str:
     rows = [("grid file", f"{cal.grid.path} (sha256 {file_sha256(cal.grid.path) or 'unreadable'})")]
     suite = getattr(cal, "suite", None)
     if suite is not None:
@@ -411,7 +417,7 @@ _PAGE = """<!DOCTYPE html>
 """
 
 
-def provenance(command: Sequence[str], calibrations: Any, engines: Any) -> dict[str, Any]:
+def provenance(command: Sequence[str], calibrations: Sequence[Calibration], engines: EngineBook) -> dict[str, Any]:
     """What the page records of this run: the command line, package versions, and per grid
     and config the engine identity and the config's key, where this process computed them
     (under xdist the workers decode, and the controller knows only the grid)."""
@@ -438,7 +444,7 @@ def provenance(command: Sequence[str], calibrations: Any, engines: Any) -> dict[
     return {"command": shlex.join(command), "versions": versions, "python": platform.python_version(), "grids": grids}
 
 
-def summary_lines(verdicts: Sequence[Any], page: str | Path | None) -> list[str]:
+def summary_lines(verdicts: Sequence[GridVerdict], page: str | Path | None) -> list[str]:
     """HTML lines for another report's summary (pytest-html): the verdict, and the page."""
     from pytest_redline.report import session_line
 

@@ -15,25 +15,28 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pytest_redline.contracts import FINISH_REASONS, judge
+from pytest_redline.contracts import FINISH_REASONS, Generation, Prompt, Suite, judge
 from pytest_redline.store import StoredOutcome
+
+if TYPE_CHECKING:  # annotations only: scoring needs no calibration at run time
+    from pytest_redline.calibration import Calibration
 
 ENGINE = "engine"  # the scoring "version" (and rule) of outcomes whose engine set `correct`
 
 
-def declared_stop(suite: Any, prompt: Any) -> tuple[str, ...]:
+def declared_stop(suite: Suite, prompt: Prompt) -> tuple[str, ...]:
     """The stop strings a suite declares for ``prompt``."""
     return tuple(getattr(prompt, "stop", ()) or getattr(suite, "stop", ()) or ())
 
 
-def engine_stops(cal: Any) -> bool:
+def engine_stops(cal: Calibration) -> bool:
     """Whether engines honour the declared stop strings (grid key ``engine_stops``, default on)."""
     return bool(getattr(cal.grid, "engine_stops", True))
 
 
-def engine_prompts(cal: Any, prompts: list) -> list:
+def engine_prompts(cal: Calibration, prompts: list[Prompt]) -> list[Prompt]:
     """The prompts as the engine gets them: ``stop`` filled from the suite, or empty when the
     grid turns engine-side stops off."""
     if cal.suite is None:
@@ -45,32 +48,32 @@ def engine_prompts(cal: Any, prompts: list) -> list:
     return out
 
 
-def stop_identity(cal: Any, prompt: Any) -> dict[str, Any]:
+def stop_identity(cal: Calibration, prompt: Prompt) -> dict[str, Any]:
     """What the outcome key records of stop strings: those declared, and whether engines stop."""
     strings = declared_stop(cal.suite, prompt) if cal.suite is not None else ()
     return {"strings": list(strings), "engine": engine_stops(cal) and bool(strings)}
 
 
-def scoring_version(cal: Any, scorer: str) -> str:
+def scoring_version(cal: Calibration, scorer: str) -> str:
     """The scoring version of a grid's suite: the scorer, its ``version`` and its ``rules``."""
     return "" if cal.suite is None else f"{scorer}: {suite_version(cal.suite)}"
 
 
-def suite_version(suite: Any) -> str:
+def suite_version(suite: Suite) -> str:
     """What a suite's verdicts depend on beyond its data: its ``version`` (tools such as
     math-verify or the sandbox interpreter) and the revision of its scoring ``rules``."""
     version, rules = str(getattr(suite, "version", "")), str(getattr(suite, "rules", ""))
     return f"{version}; rules {rules}" if rules else version
 
 
-def finish_reason(generation: Any) -> str | None:
+def finish_reason(generation: Generation) -> str | None:
     reason = getattr(generation, "finish_reason", None)
     if reason is not None and reason not in FINISH_REASONS:
         raise ValueError(f"Generation.finish_reason must be one of {FINISH_REASONS} or None, got {reason!r}")
     return reason
 
 
-def verdict(cal: Any, prompt: Any, generation: Any, scoring: str) -> dict[str, Any]:
+def verdict(cal: Calibration, prompt: Prompt, generation: Generation, scoring: str) -> dict[str, Any]:
     """The StoredOutcome fields of the verdict on one generation."""
     finish = finish_reason(generation)
     if generation.correct is not None:
@@ -83,7 +86,7 @@ def verdict(cal: Any, prompt: Any, generation: Any, scoring: str) -> dict[str, A
             "scoring": scoring}
 
 
-def rescored(cal: Any, prompt: Any, outcome: StoredOutcome, scoring: str) -> StoredOutcome | None:
+def rescored(cal: Calibration, prompt: Prompt, outcome: StoredOutcome, scoring: str) -> StoredOutcome | None:
     """A stored outcome judged again under the current ``scoring`` version, or None when it
     stands: it was scored so already, its engine decided, or (a store written before scoring
     versions were recorded) it has no text to judge."""

@@ -206,7 +206,7 @@ class Gate:
             mode = "scheduled"
         return judge(record, spend_of(record, self.decode_seconds.get(cal.label, {})), mode)
 
-    def summary(self, terminal: Any) -> None:
+    def summary(self, terminal: pytest.TerminalReporter) -> None:
         if not self.verdicts:
             return
         from pytest_redline import report
