@@ -8,13 +8,15 @@ library, so an engine's model-free spec or a suite costs no start-up time by imp
 
 - **Values**: :class:`Prompt` (what a suite asks), :class:`Generation` (what an engine answers),
   :class:`Judgement` (what a suite decides), the finish reasons (:data:`FINISH_REASONS`) and
-  :func:`cut_at_stop`, which engines and scorers both use to end a text at a stop string.
+  :func:`cut_at_stop`, which engines and scorers both use to end a text at a stop string, and
+  :class:`ConfigError`, a bad config parameter whose fields the gate reads.
 - **Protocols** (:class:`typing.Protocol`): :class:`Engine` and the engine class an entry point
   names (:class:`EngineFactory`), :class:`Recorded` (an engine that brings its own prompts and
   configs), :class:`Suite` and its richer scoring call (:class:`Judged`, dispatched by
   :func:`judge`), and the block-diffusion engines' :class:`BlockLifecycle`. Every optional
   member is found by ``getattr``, so an engine or suite without it keeps working; each protocol's
   docstring lists them with their exact signatures.
+- :func:`moved` keeps a moved name importable from its old module for one release.
 """
 from __future__ import annotations
 
