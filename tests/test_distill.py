@@ -154,5 +154,8 @@ def test_roundtrip_distill_folder(tmp_path, monkeypatch):
     assert saved["distillation"] == json.loads(json.dumps(record))
     assert record["teacher"]["weights_sha256"] == runtime.fingerprint(teacher)
     assert record["decode"]["params"] == {"accept_threshold": 0.5} and record["decode"]["batch_size"] == 4
+    source = record["decode"]["source"]
+    assert all(len(source[name]) == 64 for name in distill.ENGINE_SOURCES)  # each module's sha256
+    assert isinstance(source["files_match_commit"], bool) and source["commit"]
     assert record["data"]["decoded"] == 8 and record["data"]["kept"] == record["data"]["correct"] > 0
     assert saved["step"] == 2 and saved["config"]["block_sizes"] == [8]

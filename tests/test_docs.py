@@ -30,3 +30,14 @@ def test_readme_is_short_and_every_docs_link_exists():
 
     for target in re.findall(r"\]\((docs/[^)#]+)", readme):
         assert (ROOT / target).exists(), target
+
+
+def test_no_citation_of_the_design_file_outside_the_repository():
+    """The project cites only itself: docs/architecture.md holds the contracts, not a design file
+    beside the repository."""
+    needle = "DESIGN" + ".md"  # spelled apart, so this file does not cite it either
+    folders = ("pytest_redline", "engines", "suites", "training", "docs", "tests", "benchmarks", "grids")
+    files = [p for d in folders for p in (ROOT / d).rglob("*") if p.suffix in (".py", ".md", ".yml", ".yaml", ".toml")]
+    files += [ROOT / name for name in ("README.md", "pyproject.toml", "mkdocs.yml", "redline.yaml", "conftest.py")]
+    cited = [str(p.relative_to(ROOT)) for p in files if needle in p.read_text(errors="replace")]
+    assert cited == []

@@ -1,6 +1,7 @@
 """The training tools live in the top-level training/ folder, outside the installed package: the
-wheel's package list leaves them out, nothing installed imports them, training imports the engines
-and suites but not the gate, train.py does not import distill.py, and the command dispatches."""
+wheel's package list leaves them out, nothing installed imports them, training imports the
+engines, the suites and the contracts but not the gate, train.py does not import distill.py, and
+the command dispatches."""
 import ast
 import tomllib
 from pathlib import Path
@@ -10,7 +11,7 @@ import pytest
 import training.__main__ as command
 
 ROOT = Path(__file__).resolve().parent.parent
-GATE_SIDE = ("pytest_redline.engines", "pytest_redline.suites")
+SHARED = ("pytest_redline.engines", "pytest_redline.suites", "pytest_redline.contracts")
 
 
 def imports(path: Path) -> set[str]:
@@ -33,9 +34,9 @@ def test_not_installed():
         assert not any(name.split(".")[0] == "training" for name in imports(path)), path
 
 
-def test_training_imports_engines_and_suites_not_the_gate():
+def test_training_imports_engines_suites_and_contracts_not_the_gate():
     for path in (ROOT / "training").glob("*.py"):
-        gate = {n for n in imports(path) if n.startswith("pytest_redline") and not n.startswith(GATE_SIDE)}
+        gate = {n for n in imports(path) if n.startswith("pytest_redline.") and not n.startswith(SHARED)}
         assert gate == set(), path
 
 

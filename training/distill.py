@@ -46,7 +46,8 @@ from pathlib import Path
 
 import torch
 
-from pytest_redline.engines import modeling, runtime
+from pytest_redline import contracts
+from pytest_redline.engines import block_diffusion, common, diffusion_spec, modeling, runtime
 from pytest_redline.engines.block_diffusion import BlockDiffusionEngine
 from pytest_redline.engines.diffusion_spec import DecodeConfig
 from pytest_redline.suites.arithmetic import ArithmeticSuite, split_of
@@ -55,7 +56,12 @@ from training import train
 KEEP = ("correct", "all")
 # redline.yaml's reference config acc95/semi90 (the engine's defaults), which decoded the shipped targets
 REFERENCE_PARAMS = {"accept_threshold": 0.95, "semi_complete_threshold": 0.90}
-ENGINE_SOURCES = ("engines/block_diffusion.py", "engines/diffusion_spec.py", "engines/modeling.py", "engines/autoregressive.py")
+# The modules a block-diffusion decode runs, by their path in the repository (training.json's
+# decode.source; bd-tiny-distilled's record predates engines/common.py and lists autoregressive.py)
+ENGINE_SOURCES = {
+    "engines/block_diffusion.py": block_diffusion, "engines/diffusion_spec.py": diffusion_spec,
+    "engines/modeling.py": modeling, "engines/common.py": common, "pytest_redline/contracts.py": contracts,
+}
 
 
 @dataclass
@@ -134,10 +140,7 @@ def engine_source() -> dict:
     """The engine code that decoded the targets: the sha256 of each module as imported, the last
     commit touching them in the git checkout at the working directory, and whether the imported
     files are exactly that checkout's committed ones."""
-    from pytest_redline.engines import autoregressive, block_diffusion, diffusion_spec
-
-    modules = (block_diffusion, diffusion_spec, modeling, autoregressive)
-    files = {name: Path(module.__file__) for name, module in zip(ENGINE_SOURCES, modules)}
+    files = {name: Path(module.__file__) for name, module in ENGINE_SOURCES.items()}
     record: dict = {name: sha256_file(path) for name, path in files.items()}
 
     def git(*args: str) -> str:
