@@ -26,6 +26,7 @@ from pytest_redline.checks import in_open_unit
 KEYS = (
     "name", "suite", "suite_args", "engine", "engine_args", "cost", "direction",
     "reference", "configs", "deploy", "delta", "batch_size", "timeout", "engine_stops",
+    "min_gain",
 )
 CONFIG_ENGINE_KEYS = ("engine", "engine_args")
 PATH_KEYS = frozenset({"model", "outcomes", "path", "data", "draft", "target", "trace"})
@@ -72,6 +73,9 @@ class Grid:
     batch_size: int
     timeout: float | None
     engine_stops: bool = True  # engines stop at the suite's stop strings (the scorer cuts there anyway)
+    # select mode: the least gain over the reference a deployed candidate must have, in the
+    # report's gain unit (percent; a reduction factor for lower-is-better costs); None: any gain
+    min_gain: float | None = None
 
     @property
     def lower_is_better(self) -> bool:
@@ -161,6 +165,7 @@ class _Reader:
             batch_size=self.batch_size(),
             timeout=self.timeout(),
             engine_stops=self.flag("engine_stops", True),
+            min_gain=self.min_gain(cost),
         )
         if configs is not None:
             grid.check_names(tuple(c.name for c in configs))
@@ -209,6 +214,20 @@ class _Reader:
             return None
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not in_open_unit(value):
             raise self.fail("delta", f"expected a number in (0, 1), got {_show(value)}")
+        return float(value)
+
+    def min_gain(self, cost: str) -> float | None:
+        """Percent of the reference's cost (>= 0); for a lower-is-better cost, whose gain is a
+        reduction factor (memory: 2.0 means half the memory), a factor >= 1."""
+        value = self.data.get("min_gain")
+        if value is None:
+            return None
+        factor = self.direction(cost) == "lower"
+        least = 1 if factor else 0
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not least <= value < math.inf:
+            what = (f"a reduction factor >= 1 (cost {cost!r} is lower-is-better: 2 means half the reference's cost)"
+                    if factor else f"a gain in percent of the reference's {cost} >= 0 (5 means +5 %)")
+            raise self.fail("min_gain", f"expected {what}, got {_show(value)}")
         return float(value)
 
     def batch_size(self) -> int:

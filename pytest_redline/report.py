@@ -45,7 +45,7 @@ def table_lines(v: GridVerdict) -> list[str]:
     r, sched = v.result, v.scheduled
     gated = v.cal.deploy if v.cal.mode == "gate" else None
     kept = v.on_reference_correct()
-    rows = [("", "config", "run", "accuracy", "acc_rc", "V", "risk", "risk_up", "p_value", "p_adj", "valid", "cost", "gain",
+    rows = [("", "config", "run", "accuracy", "acc_rc", "V", "risk", "risk_up", "p_value", "p_adj", "valid", "status", "cost", "gain",
              "d_acc", "note")]
     for i, name in enumerate(r.names):
         mark = ("R" if i == r.reference_index else " ") + ("*" if i == v.deployed_index else " ") + (("G" if name == gated else " ") if gated else "")
@@ -55,7 +55,7 @@ def table_lines(v: GridVerdict) -> list[str]:
         rows.append((
             mark, name, str(run), f"{r.accuracy[i]:.4f}" if full else "-", f"{kept[i]:.4f}", f"{bound}{int(r.violations[i])}",
             f"{r.risk[i]:.4f}", f"{r.risk_upper[i]:.4f}", text.number(r.p_values[i]), text.number(r.p_adjusted[i]),
-            "valid" if r.valid[i] else "NOT valid", f"{r.cost[i]:.4g}" if full else "-", _gain(r, i) if full else "-",
+            "valid" if r.valid[i] else "NOT valid", v.statuses[i], f"{r.cost[i]:.4g}" if full else "-", _gain(r, i) if full else "-",
             f"{r.net_accuracy[i]:+.1f}" if full else "-", _note(v, i),
         ))
     lines = text.table(rows, left=(1, 14))
@@ -64,7 +64,20 @@ def table_lines(v: GridVerdict) -> list[str]:
                  "reference-correct prompts" + (" it ran on" if sched else "") + "; risk_up: Clopper-Pearson upper bound at 1 - delta")
     if sched:
         lines.append(_basis_line(v))
+    lines.append(_status_line(v))
     return lines
+
+
+def _status_line(v: GridVerdict) -> str:
+    """What the statuses claim, at which level; and a scheduled run's lower bounds."""
+    level = v.cal.delta_share
+    line = (f"status: certified (risk <= alpha shown) / exceeds budget (risk > alpha shown: P[Bin(n, alpha) >= V], "
+            f"{v.cal.correction} over the {v.cal.m - 1} candidates) / inconclusive; each family errs with "
+            f"probability <= {level:g}, any status is wrong with probability <= {2 * level:g}")
+    if v.status_bounded:
+        line += ("; a config stopped early is tested on the V it reached (a lower bound), so this scheduled run may say "
+                 "inconclusive where --redline-full says exceeds budget")
+    return line
 
 
 def _basis_line(v: GridVerdict) -> str:
@@ -88,6 +101,9 @@ def _note(v: GridVerdict, i: int) -> str:
             notes.append(f"no n would certify it: risk {risk:.4f} >= alpha")
         else:
             notes.append(f"n={needed} prompts would certify it with 80% power at this risk")
+    settle = v.to_settle(r.names[i])
+    if settle is not None and settle.test != "certify":  # the certify direction is said above
+        notes.append(settle.text())
     return "; ".join(notes)
 
 
@@ -219,6 +235,22 @@ def hint_line(v: GridVerdict) -> str | None:
         " (what deploy: fastest would serve)" if best != v.deployed_index else "")
 
 
+def trade_lines(v: GridVerdict) -> list[str]:
+    """What the deployment trades: a poor trade (points lost over percent gained), a gate's
+    certified config that is slower than the reference, and a min_gain that held back a config."""
+    lines = [v.poor_trade] if v.poor_trade else []
+    if v.slower_than_reference:
+        r = v.result
+        i = r.names.index(v.cal.deploy)
+        lines.append(f"note: {v.cal.deploy} is certified but slower than the reference {v.cal.reference} on "
+                     f"{v.cal.grid.cost} ({_gain(r, i)}); it is still the requested config")
+    if v.cal.grid.min_gain is not None and v.result is not None:
+        unit = "x" if v.result.gain_kind == "factor" else "%"
+        applies = "" if v.cal.mode == "select" else f" (not applied: it applies in select mode only, this is {v.cal.mode})"
+        lines.append(f"min_gain: a deployed candidate must gain at least {v.cal.grid.min_gain:g}{unit} {v.cal.grid.cost}{applies}")
+    return lines
+
+
 def grid_lines(v: GridVerdict, verbosity: int) -> list[str]:
     lines = [header(v)]
     if not v.complete:
@@ -233,6 +265,7 @@ def grid_lines(v: GridVerdict, verbosity: int) -> list[str]:
     hint = hint_line(v)
     if hint:
         lines.append(hint)
+    lines += trade_lines(v)
     lines.append(grid_verdict(v))
     return lines
 
@@ -255,7 +288,7 @@ def grid_report(v: GridVerdict) -> dict[str, Any]:
     cal = v.cal
     out: dict[str, Any] = {}
     if cal.mode == "gate":  # a gate's report leads with the named config and whether it is certified
-        out.update(requested=cal.deploy, certified=v.certified)
+        out.update(requested=cal.deploy, certified=v.certified, slower_than_reference=v.slower_than_reference)
     out.update({
         "grid": cal.grid.name,
         "grid_file": cal.label,
@@ -283,6 +316,9 @@ def grid_report(v: GridVerdict) -> dict[str, Any]:
         "required": list(v.required),
         "not_certified": list(v.not_certified),
         "alpha_min": v.alpha_min,
+        "min_gain": cal.grid.min_gain if cal.grid.min_gain is not None else 0,  # applies in select mode only
+        "statuses": _statuses(v),
+        "poor_trade": v.poor_trade,
         "configs": _configs(v),
         "regressions": v.record.regressions(),
         "outcomes": {"reused": v.record.count("store"), "decoded": v.record.count("decoded")},
@@ -327,11 +363,35 @@ def _configs(v: GridVerdict) -> list[dict[str, Any]]:
         entry["ran_on"] = ran
         entry["stopped"] = sched.stops[i] if sched else None
         entry["violations_bound"] = sched.bounds[i] if sched else "exact"
+        entry["status"] = v.statuses[i]
+        entry["reverse"] = {"violations": int(v.reverse.violations[i]), "p_value": _json_number(v.reverse.p_values[i]),
+                            "p_adjusted": _json_number(v.reverse.p_adjusted[i])}
+        settle = v.to_settle(entry["name"])
+        if settle is not None:
+            entry["to_settle"] = {"test": settle.test, "risk": settle.risk, "prompts": settle.prompts,
+                                  "over": PROMPTS_LIMIT if settle.over_limit else None}
         if not entry["valid"] and entry["name"] != v.cal.reference:
             entry["prompts_needed"] = v.prompts_needed(entry["name"])
             if v.needs_over_limit(entry["name"]):
                 entry["prompts_needed_over"] = PROMPTS_LIMIT
     return entries
+
+
+def _statuses(v: GridVerdict) -> dict[str, Any] | None:
+    """The reverse family beside the certificates: its level, and what a scheduled run's status means."""
+    if v.statuses is None:
+        return None
+    return {
+        "family_level": v.cal.delta_share,  # each family's error <= this; any status wrong <= twice it
+        "any_status_wrong_at_most": 2 * v.cal.delta_share,
+        "reverse_test": "P[Bin(n, alpha) >= V], " + v.cal.correction + " over the m - 1 candidates",
+        "lower_bounds": v.status_bounded,  # stopped configs' V counted on the prompts they ran on
+    }
+
+
+def _json_number(x: Any) -> float | None:
+    x = float(x)
+    return None if x != x else x
 
 
 def _seconds(v: GridVerdict, name: str) -> float | None:

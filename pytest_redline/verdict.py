@@ -15,6 +15,7 @@ status as the full run's (see :mod:`pytest_redline.schedule`).
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
@@ -27,7 +28,7 @@ from pytest_redline.schedule import CANNOT, CERTAIN, REFERENCE_WRONG, StopRule
 from pytest_redline.spend import Spend
 
 if TYPE_CHECKING:  # imported when used: the statistics load scipy, which a collection-only run never needs
-    from pytest_redline.risk import RedlineResult
+    from pytest_redline.risk import RedlineResult, Reverse
 
 POWER = 0.8
 PROMPTS_LIMIT = 20_000  # the exact count takes seconds per ten thousand prompts; beyond this, say "more than"
@@ -57,6 +58,7 @@ class Scheduled:
     risk_estimate: np.ndarray
     complete_rows: np.ndarray
     on_reference_correct: np.ndarray
+    seen: np.ndarray | None = None  # V counted where known: on the prompts run (a lower bound), or on all (replayed)
 
 
 def certify_scheduled(
@@ -74,6 +76,7 @@ def certify_scheduled(
     lower_is_better: bool = False,
     gain: str | None = None,
     correction: str = "holm",
+    eligible: np.ndarray | None = None,
 ) -> Scheduled:
     """Certify a scheduled run: ``correct`` counts only where ``ran``.
 
@@ -85,7 +88,8 @@ def certify_scheduled(
     ``everything`` (configs x prompts, replayed grids) gives accuracy on all prompts.
     Without it (a live run) every valid config must have run on every prompt, since its
     cost decides the deployment (a ValueError otherwise); the others' accuracy and net
-    accuracy are NaN (not measured on all prompts).
+    accuracy are NaN (not measured on all prompts). ``eligible`` is :func:`risk.certify`'s
+    (the configs that may be deployed: ``min_gain``).
     """
     from pytest_redline import risk
 
@@ -113,7 +117,7 @@ def certify_scheduled(
     kept = np.count_nonzero(right_run & table, axis=1) / np.maximum(np.count_nonzero(right_run, axis=1), 1)
     result = risk.certify_counts(
         bound, n, cost, reference, alpha, delta, accuracy=accuracy, names=names,
-        lower_is_better=lower_is_better, gain=gain, correction=correction,
+        lower_is_better=lower_is_better, gain=gain, correction=correction, eligible=eligible,
     )
     if everything is not None:  # replayed: the risk itself
         estimate = risk.violations(everything, reference) / n
@@ -133,6 +137,7 @@ def certify_scheduled(
         risk_estimate=_frozen(estimate),
         complete_rows=_frozen(rows),
         on_reference_correct=_frozen(kept),
+        seen=_frozen(risk.violations(everything, reference) if everything is not None else known),
     )
 
 
@@ -147,6 +152,29 @@ class GridVerdict:
     scheduled: Scheduled | None = None  # how a scheduled run certified each config
     spend: Spend | None = None  # forwards and time spent against the full grid
     mode: str = "full"  # "scheduled", "full (--redline-full)", or "full: <why scheduling could not hold>"
+    reverse: Reverse | None = None  # the reverse family ("exceeds budget"), beside the certificates
+
+    @property
+    def statuses(self) -> tuple[str, ...] | None:
+        """Each config's status, in grid order: "certified", "exceeds budget" or "inconclusive"
+        (None when nothing was certified: a partial run, or an error)."""
+        if self.result is None or self.reverse is None:
+            return None
+        from pytest_redline.risk.reverse import statuses
+
+        return statuses(self.result.valid, self.reverse.exceeds)
+
+    def status(self, name: str) -> str | None:
+        statuses = self.statuses
+        return None if statuses is None else statuses[self.result.names.index(name)]
+
+    @property
+    def status_bounded(self) -> bool:
+        """Whether the reverse test used a lower bound on some config's V (a scheduled live run
+        that stopped a config early), so it may say "inconclusive" where a full run says
+        "exceeds budget"."""
+        sched = self.scheduled
+        return sched is not None and self.table is None and any(s is not None for s in sched.stops)
 
     @property
     def complete(self) -> bool:
@@ -234,6 +262,69 @@ class GridVerdict:
     def _risk_of(self, name: str) -> float:
         return self.risk_estimate(self.result.names.index(name))
 
+    def to_settle(self, name: str) -> Settle | None:
+        """For an inconclusive candidate: the prompts that would settle it with 80 % power if its
+        observed risk R held (None for any other status, and for the reference). R < alpha:
+        prompts to certify it; R > alpha: prompts to show it exceeds the budget; R = alpha:
+        no n settles it."""
+        from pytest_redline.risk import INCONCLUSIVE
+        from pytest_redline.risk.reverse import reverse_prompts_needed, reverse_prompts_needed_approx
+
+        if name == self.cal.reference or self.status(name) != INCONCLUSIVE:
+            return None
+        risk, alpha = self._risk_of(name), self.cal.alpha
+        if math.isclose(risk, alpha, rel_tol=1e-12):
+            return Settle("none", risk, None, False)
+        if risk < alpha:
+            over = self.needs_over_limit(name)
+            return Settle("certify", risk, None if over else self.prompts_needed(name), over)
+        args = (alpha, risk, self.cal.m, self.cal.delta_share)
+        over = reverse_prompts_needed_approx(*args, power=POWER) > PROMPTS_LIMIT
+        return Settle("exceeds", risk, None if over else reverse_prompts_needed(*args, power=POWER), over)
+
+    @property
+    def poor_trade(self) -> str | None:
+        """The deployed config loses more accuracy points than it gains percent of the cost
+        (costs whose gain is a percentage: tpf, apf, any higher-is-better cost); None when
+        not, or when the gain is a reduction factor (memory: see docs/gate.md)."""
+        r, d = self.result, self.deployed_index
+        if r is None or d is None or d == r.reference_index or r.gain_kind != "percent":
+            return None
+        drop, gain = -float(r.net_accuracy[d]), float(r.gain[d])
+        if not drop > gain:  # NaN (accuracy not on all prompts) never flags
+            return None
+        return (f"poor trade: {r.names[d]} gives up {drop:.1f} accuracy points for {gain:+.1f}% {self.cal.grid.cost} "
+                "(more points lost than percent gained)")
+
+    @property
+    def slower_than_reference(self) -> bool:
+        """Gate mode: the requested config is certified but worse than the reference on the cost."""
+        if self.cal.mode != "gate" or not self.certified:
+            return False
+        r = self.result
+        i = r.names.index(self.cal.deploy)
+        return bool(r.gain[i] < (0.0 if r.gain_kind == "percent" else 1.0))
+
+
+@dataclass(frozen=True)
+class Settle:
+    """What would settle an inconclusive config: ``test`` is "certify", "exceeds" or "none"
+    (R = alpha: no n settles it); ``prompts`` the calibration size for 80 % power at ``risk``
+    (None when over :data:`PROMPTS_LIMIT`, ``over_limit``, or when no n settles it)."""
+
+    test: str
+    risk: float
+    prompts: int | None
+    over_limit: bool
+
+    def text(self) -> str:
+        if self.test == "none":
+            return f"no n settles it (risk {self.risk:.4f} = alpha)"
+        what = "certify it" if self.test == "certify" else "show it exceeds the budget"
+        if self.over_limit:
+            return f"over {PROMPTS_LIMIT} prompts would {what} at risk {self.risk:.4f}"
+        return f"n={self.prompts} prompts would {what} with 80% power at risk {self.risk:.4f}"
+
 
 def judge(record: GridRecord, spend: Spend | None = None, mode: str = "full") -> GridVerdict:
     """Certify a grid's outcomes (nothing is certified from a partial run).
@@ -262,6 +353,7 @@ def judge(record: GridRecord, spend: Spend | None = None, mode: str = "full") ->
         if skip_error is not None:
             raise ValueError(skip_error)
         cost = table.cost(cal.grid.cost) if table is not None else seen.cost_on(ran, cal.grid.cost)
+        options["eligible"] = eligible(cal, cost)
         ran_outcomes = None if ran is None else seen.select(ran)
         alpha_min = None if table is None else risk.alpha_min(table.correct, cost, cal.reference, cal.delta_share, **options)
         if ran is None:
@@ -273,9 +365,26 @@ def judge(record: GridRecord, spend: Spend | None = None, mode: str = "full") ->
                 cal.delta_share, everything=None if table is None else table.correct, **options,
             )
             result = scheduled.result
+        counts = result.violations if scheduled is None else scheduled.seen  # integer counts, never the scaled estimate
+        reverse = risk.exceeds_budget(counts, cal.n, result.reference_index, cal.alpha, cal.delta_share, cal.correction)
     except (OutcomeError, ValueError) as e:
         return dataclasses.replace(verdict, table=table, error=f"{cal.label}: cannot certify: {e}")
-    return dataclasses.replace(verdict, result=result, alpha_min=alpha_min, table=table, scheduled=scheduled)
+    return dataclasses.replace(verdict, result=result, alpha_min=alpha_min, table=table, scheduled=scheduled, reverse=reverse)
+
+
+def eligible(cal: Calibration, cost: np.ndarray) -> np.ndarray | None:
+    """Select mode with ``min_gain``: the configs whose gain over the reference reaches it
+    (the reference always is). The certificate does not change; only the choice among valid
+    configs does. None (every config) in the other modes or without ``min_gain``."""
+    if cal.mode != "select" or cal.grid.min_gain is None:
+        return None
+    from pytest_redline.risk import gains
+
+    reference = cal.configs.index(cal.reference)
+    with np.errstate(divide="ignore", invalid="ignore"):  # a zero cost is refused by the certificate next
+        ok = gains(cost, reference, cal.grid.lower_is_better, gain_kind(cal.grid.direction)) >= cal.grid.min_gain
+    ok[reference] = True
+    return ok
 
 
 def _skip_error(record: GridRecord) -> str | None:

@@ -17,8 +17,9 @@ numpy and ``scipy.special`` only: this module never imports torch or pytest, nor
 ``scipy.stats`` (whose import breaks when torch is blocked with ``sys.modules["torch"] = None``).
 The modules: :mod:`~pytest_redline.risk.binomial` (counts, p-values, bounds),
 :mod:`~pytest_redline.risk.corrections` (Holm, Bonferroni), :mod:`~pytest_redline.risk.result`
-(:class:`RedlineResult`) and :mod:`~pytest_redline.risk.certification`. Every public name is
-importable from here; the text table of a result is :mod:`pytest_redline.redline_table`.
+(:class:`RedlineResult`), :mod:`~pytest_redline.risk.certification` and
+:mod:`~pytest_redline.risk.reverse` (the reverse test: "exceeds budget", and the three statuses).
+Every public name is importable from here; the text table of a result is :mod:`pytest_redline.redline_table`.
 """
 from __future__ import annotations
 
@@ -37,14 +38,32 @@ from pytest_redline.risk.certification import (
     alpha_min_of,
     certify,
     certify_counts,
+    gains,
     select_deployed,
     sweep,
 )
 from pytest_redline.risk.corrections import bonferroni, family_mask, holm, holm_adjusted, reject_rows
 from pytest_redline.risk.result import RedlineResult
+from pytest_redline.risk.reverse import (
+    CERTIFIED,
+    EXCEEDS,
+    INCONCLUSIVE,
+    STATUSES,
+    Reverse,
+    exceeds_budget,
+    reverse_power,
+    reverse_prompts_needed,
+    reverse_pvalue,
+    statuses,
+)
 
 __all__ = [
+    "CERTIFIED",
+    "EXCEEDS",
+    "INCONCLUSIVE",
+    "STATUSES",
     "ConfidenceInterval",
+    "Reverse",
     "RedlineResult",
     "DEFAULT_ALPHAS",
     "alpha_min",
@@ -57,11 +76,17 @@ __all__ = [
     "clopper_pearson_interval",
     "clopper_pearson_upper",
     "critical_count",
+    "exceeds_budget",
     "family_mask",
+    "gains",
     "holm",
     "holm_adjusted",
     "reject_rows",
+    "reverse_power",
+    "reverse_prompts_needed",
+    "reverse_pvalue",
     "select_deployed",
+    "statuses",
     "sweep",
     "violations",
 ]

@@ -105,8 +105,7 @@ def _results(prob: _Problem, alphas: np.ndarray) -> list[RedlineResult]:
     p = np.where(tested, p, np.nan)
 
     score = -prob.cost if prob.lower_is_better else prob.cost
-    ratio = prob.cost[ref] / prob.cost if prob.lower_is_better else prob.cost / prob.cost[ref]
-    gain = 100.0 * (ratio - 1.0) if prob.gain_kind == "percent" else ratio
+    gain = gains(prob.cost, ref, prob.lower_is_better, prob.gain_kind)
     shared = dict(
         names=prob.names,
         reference=prob.names[ref],
@@ -140,6 +139,20 @@ def _results(prob: _Problem, alphas: np.ndarray) -> list[RedlineResult]:
             **shared,
         ))
     return results
+
+
+def gains(cost: Any, reference: int, lower_is_better: bool, gain_kind: str) -> np.ndarray:
+    """Each config's gain over the reference: a percentage (``"percent"``: 37.5 means +37.5 %)
+    or a factor (``"factor"``: 2.81 means 2.81x better, e.g. 2.81x less memory).
+
+    >>> gains([2.0, 3.0], 0, False, "percent").tolist()
+    [0.0, 50.0]
+    >>> gains([8.0, 2.0], 0, True, "factor").tolist()
+    [1.0, 4.0]
+    """
+    cost = np.asarray(cost, dtype=float)
+    ratio = cost[reference] / cost if lower_is_better else cost / cost[reference]
+    return 100.0 * (ratio - 1.0) if gain_kind == "percent" else ratio
 
 
 def select_deployed(valid: Any, score: Any, reference: int) -> np.ndarray:
