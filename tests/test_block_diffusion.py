@@ -48,6 +48,7 @@ CONFIGS = [
 ]
 
 
+@pytest.mark.slow  # decodes: several seconds
 @pytest.mark.parametrize("config", CONFIGS)
 def test_exact_cache_tokens(tiny, config):
     cached = tiny.generate(PROMPTS, {**config, **SHORT})
@@ -78,6 +79,7 @@ def test_exact_cache_logits_and_folded_store(tiny):
 
 
 @pytest.mark.parametrize("config", CONFIGS[:2])
+@pytest.mark.slow  # over 5 s
 def test_equivalent_batched_and_alone(tiny, config):
     batched = tiny.generate(PROMPTS, {**config, **SHORT})
     alone = [tiny.generate([p], {**config, **SHORT})[0] for p in PROMPTS]
@@ -94,6 +96,7 @@ PROMPTS_P8 = PROMPTS + [p for p in ArithmeticSuite(n=16, seed=5).prompts() if le
 
 
 @pytest.mark.parametrize("block, buffer, accept, semi, add", DIFFULEX)
+@pytest.mark.slow  # over 5 s each
 def test_equivalent_diffulex_reference(tiny, block, buffer, accept, semi, add):
     """The default schedule equals an uncached re-implementation of Diffulex multi_bd written from
     engines.md (tests/reference_decoders.py): text, tokens and forwards, prompts with P % B = 0
@@ -113,6 +116,7 @@ def test_equivalent_diffulex_reference(tiny, block, buffer, accept, semi, add):
 
 
 @pytest.mark.parametrize("accept, block_size", [(0.9, 4), (1.5, 8)])
+@pytest.mark.slow  # over 5 s each
 def test_equivalent_eager_buffer_one_single_block(tiny, accept, block_size):
     """``schedule: eager`` at buffer 1 is single-block threshold decoding without store forwards."""
     config = {"buffer_size": 1, "accept_threshold": accept, "block_size": block_size, "schedule": "eager", **SHORT}
@@ -124,6 +128,7 @@ def test_equivalent_eager_buffer_one_single_block(tiny, accept, block_size):
         assert gen.text == tiny.tokenizer.decode([t for t in out if t not in tiny.eos_ids])
 
 
+@pytest.mark.slow  # decodes: several seconds
 @pytest.mark.parametrize("schedule", ["diffulex", "eager"])
 def test_one_commit_per_denoising_forward_accept_above_one(tiny, schedule):
     """Buffer 1 and accept > 1: every forward that denoises commits exactly one position; the
@@ -138,6 +143,7 @@ def test_one_commit_per_denoising_forward_accept_above_one(tiny, schedule):
     assert sum(g.tokens for g in gens) < sum(g.forwards for g in gens)
 
 
+@pytest.mark.slow  # decodes: several seconds
 def test_equivalent_skip_placeholders_fewer_flops(tiny):
     """Placeholders never change earlier blocks' logits: skipping them changes FLOPs only."""
     config = {"add_block_threshold": 2.0, "buffer_size": 3, **SHORT}  # only one block ever in flight
@@ -200,6 +206,7 @@ def test_counts_match_model_calls(embedded):
         assert gen.extra["flops"] > 0 and gen.extra["blocks"] >= 1
 
 
+@pytest.mark.slow  # decodes: several seconds
 def test_deterministic_real_decode(embedded):
     assert _key(embedded.generate(REAL, {})) == _key(embedded.generate(REAL, {}))
 
@@ -247,6 +254,7 @@ def _final_end(state) -> int:
     return state.final if hasattr(state, "final") else state.start
 
 
+@pytest.mark.slow  # decodes: several seconds
 @pytest.mark.parametrize("name", ENGINES)
 def test_protocol_block_lifecycle(tiny_engines, monkeypatch, name):
     """Each engine implements the block life cycle and overrides no private method of the
@@ -287,6 +295,7 @@ def test_protocol_block_lifecycle(tiny_engines, monkeypatch, name):
     assert sum(len(log["retire"]) for log in events.values()) > len(PROMPTS)
 
 
+@pytest.mark.slow  # decodes: several seconds
 @pytest.mark.parametrize("name", ENGINES)
 def test_stop_string_cuts_output_tokens_forwards(tiny_engines, name):
     """With a stop string taken from each prompt's own output, the request ends at its first

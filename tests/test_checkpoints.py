@@ -131,6 +131,7 @@ def _grid_on(pytester, family: str, folder: Path) -> str:
     return f"{family}.yaml"
 
 
+@pytest.mark.slow  # a gate per family, over 5 s
 @pytest.mark.parametrize(("family", "block", "mask"), [("sdar", 4, 151669), ("dream", None, 1), ("llada", None, 1)])
 def test_gate_certifies_unedited_checkpoint(pytester, run_gate, tiny, family, block, mask):
     if family not in tiny:

@@ -209,6 +209,7 @@ def served_ar_target():
             server.kill()
 
 
+@pytest.mark.slow  # a transformers serve subprocess
 def test_a_gate_over_a_real_transformers_serve_certifies_a_rerun_and_rejects_a_truncating_config(
         pytester, run_gate, served_ar_target):
     base_url, model = served_ar_target

@@ -85,6 +85,7 @@ sys.exit(rc)
 """
 
 
+@pytest.mark.slow  # subprocess gates
 def test_warm_rerun_imports_no_torch_or_transformers(tmp_path: Path):
     """Run from the repository root, as `pytest --redline-alpha=...` is: the root conftest is loaded."""
     grid = tmp_path / "warm.yaml"

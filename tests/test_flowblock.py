@@ -38,6 +38,7 @@ def _key(gens):
     return [(g.text, g.tokens, g.forwards, g.extra.get("edits", 0.0)) for g in gens]
 
 
+@pytest.mark.slow  # over 5 s
 @pytest.mark.parametrize("accept, block_size, no_edit", [(0.6, 8, NO_EDITS[0]), (0.9, 4, NO_EDITS[1]), (1.5, 8, NO_EDITS[0])])
 def test_equivalent_window_one_llada20(tiny, no_edit, accept, block_size):
     """Window 1 without editing is LLaDA2.0 (threshold, top-1 fallback, no check forward), against

@@ -85,6 +85,7 @@ deploy: fast
 """
 
 
+@pytest.mark.slow  # builds and installs a package with pip
 def test_third_party_engine_via_entry_points(pytester: pytest.Pytester, tmp_path: Path) -> None:
     source = tmp_path / "redline-echo"
     source.mkdir()

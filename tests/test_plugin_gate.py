@@ -23,6 +23,7 @@ def project(pytester: pytest.Pytester) -> Project:
     return Project(pytester)
 
 
+@pytest.mark.slow  # a subprocess pytest
 def test_inert_plugin_without_alpha(project: Project) -> None:
     project.grid()
     project.pytester.makepyfile(test_unit="def test_one():\n    assert True\n")
@@ -303,6 +304,7 @@ def test_stop_after_first_error_is_partial(project: Project) -> None:
     ])
 
 
+@pytest.mark.slow  # a subprocess gate, interrupted
 def test_interrupt_summary_states_real_exit_status(project: Project) -> None:
     """Ctrl-C mid-decode: the process returns 2 (interrupted), and the summary says 2, not 1."""
     import signal

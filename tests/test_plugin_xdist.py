@@ -11,6 +11,7 @@ import pytest
 from redline_fakes import Project
 
 pytest_plugins = ["pytester"]
+pytestmark = pytest.mark.slow  # subprocess gates (xdist workers, a killed run)
 
 ALPHA = "--redline-alpha=0.1"
 

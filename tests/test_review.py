@@ -97,6 +97,7 @@ def _check_page(seen: dict, report: dict, live: bool) -> None:
             assert on_page[(r["config"], r["prompt"])] == [r["reference_answer"], r["candidate_answer"]]
 
 
+@pytest.mark.slow  # the browser
 def test_the_page_of_a_replayed_published_grid_renders_in_chromium(pytester, run_gate, tmp_path):
     _browser()
     _replay_grid(pytester)

@@ -25,6 +25,8 @@ from pytest_redline.suites.code import HumanEval
 from pytest_redline.suites.records import DATA
 from pytest_redline.suites.sandbox import SLOT_UID_BASE, Limits, Program, SandboxUnavailable, run, run_many
 
+pytestmark = pytest.mark.slow  # bubblewrap jails and child processes
+
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="per-slot uids need root (tests and CI run as root)")
 
 GOOD = Program("def add(a, b):\n    return a + b\n", "assert add(2, 3) == 5\n")

@@ -189,6 +189,7 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.slow  # 100 x 4 processes
 def test_concurrent_openers_of_a_new_store_all_succeed(tmp_path: Path) -> None:
     """Four processes open one new store at once, 100 times (xdist workers do): none fails.
     Switching to WAL answered "database is locked" without waiting; 6 of 150 such trials failed."""

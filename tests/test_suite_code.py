@@ -13,6 +13,8 @@ from pytest_redline.contracts import Suite
 from pytest_redline.suites.code import MBPP, CodeSuite, HumanEval, code_blocks, humaneval_program, mbpp_program
 from pytest_redline.suites.records import DATA
 
+pytestmark = pytest.mark.slow  # the code scorers run programs under bubblewrap
+
 HUMANEVAL = HumanEval()
 MBPP_ALL = MBPP(split="all")
 
