@@ -11,7 +11,7 @@ heldout, baselines, validity, intervals) are declared in :mod:`pytest_redline.la
 Commands on recorded outcomes declare the shared options with
 :func:`~pytest_redline.cli_args.add_outcome_arguments` and load them with
 :func:`~pytest_redline.cli_args.load_outcomes`. Bad input is one line on stderr and exit
-status 2, never a traceback.
+status 4 (the gate's usage status), never a traceback.
 """
 from __future__ import annotations
 
@@ -118,7 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command; returns the exit status (2 with one line on stderr for bad input)."""
+    """Run the command; returns the exit status (4 with one line on stderr for bad input)."""
     try:
         args = build_parser().parse_args(argv)
         return args.run(args)

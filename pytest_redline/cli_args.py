@@ -19,11 +19,11 @@ if TYPE_CHECKING:  # imported when a command loads an outcome CSV (load_outcomes
     from pytest_redline.outcomes import OutcomeTable
 
 EXIT_OK = 0
-EXIT_USAGE = 2
+EXIT_USAGE = 4  # the gate's usage status (pytest.ExitCode.USAGE_ERROR); 2 before issue 29
 
 
 class UsageError(Exception):
-    """Bad command-line input: printed as one line, exit status 2."""
+    """Bad command-line input: printed as one line, exit status 4."""
 
     def __init__(self, message: str, prog: str = "redline") -> None:
         super().__init__(message)
@@ -31,7 +31,10 @@ class UsageError(Exception):
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse with one-line errors (no usage dump) that main() turns into exit status 2."""
+    """argparse with one-line errors (no usage dump) that main() turns into exit status 4.
+
+    argparse's own ``error`` prints the usage and exits 2; every usage error of the command
+    (a missing or unknown argument, a bad value, an unknown subcommand) comes through here."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
         raise UsageError(message, self.prog)

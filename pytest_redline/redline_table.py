@@ -11,13 +11,14 @@ if TYPE_CHECKING:
 
 
 def render(result: RedlineResult) -> str:
-    """Every config's figures, one row each (``*`` deployed, ``R`` reference), under a line
-    naming the test and over the deployment."""
+    """Every config's figures, one row each (``R`` reference, ``*`` deployed), under a line
+    naming the test and over the deployment. The words are the gate's terminal table's
+    (:func:`pytest_redline.report.table_lines`): ``valid``/``NOT valid`` and ``d_acc``."""
     r = result
-    header = ("", "config", "accuracy", "V", "risk", "risk_up", "p_value", "p_adj", "valid", "cost", "gain", "net_pts")
+    header = ("", "config", "accuracy", "V", "risk", "risk_up", "p_value", "p_adj", "valid", "cost", "gain", "d_acc")
     rows = [header]
     for i, name in enumerate(r.names):
-        mark = ("*" if i == r.deployed_index else " ") + ("R" if i == r.reference_index else " ")
+        mark = ("R" if i == r.reference_index else " ") + ("*" if i == r.deployed_index else " ")
         rows.append((
             mark,
             name,
@@ -27,7 +28,7 @@ def render(result: RedlineResult) -> str:
             f"{r.risk_upper[i]:.4f}",
             text.number(r.p_values[i]),
             text.number(r.p_adjusted[i]),
-            "yes" if r.valid[i] else "no",
+            "valid" if r.valid[i] else "NOT valid",
             f"{r.cost[i]:.4g}",
             text.gain(r.gain[i], r.gain_kind),
             f"{r.net_accuracy[i]:+.1f}",
@@ -45,6 +46,6 @@ def render(result: RedlineResult) -> str:
             f"deployed: {r.deployed} ({text.gain(r.gain[d], r.gain_kind)} vs reference {r.reference}, "
             f"{r.net_accuracy[d]:+.1f} accuracy points)"
         )
-    lines.append("* deployed, R reference")
+    lines.append("R reference, * deployed; d_acc: accuracy points vs the reference")
     lines.append(verdict)
     return "\n".join(lines)

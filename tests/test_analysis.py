@@ -357,5 +357,5 @@ def test_cli_validity_exit_status(redline, tmp_path):
 )
 def test_cli_bad_input_one_line(redline, args, message):
     status, out, err = redline(*args)
-    assert status == 2 and out == ""
+    assert status == 4 and out == ""
     assert len(err.splitlines()) == 1 and message in err

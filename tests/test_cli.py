@@ -1,4 +1,4 @@
-"""The ``redline`` command: select and sample-size, and one-line errors with exit status 2."""
+"""The ``redline`` command: select and sample-size, and one-line errors with exit status 4 (the gate's)."""
 import json
 import shutil
 import subprocess
@@ -26,6 +26,20 @@ def test_prints_table_and_deployment_select(capsys):
     assert code == 0 and err == ""
     assert "deployed: acc85/semi70 (+37.5% vs reference acc95/semi90, -4.0 accuracy points)" in out
     assert "alpha_min: 0.07" in out
+
+
+def test_gate_vocabulary_select(capsys):
+    """The gate's words: valid / NOT valid and d_acc (not yes/no and net_pts), R before *."""
+    code, out, _ = run(capsys, "select", MATH, "--reference", "acc95/semi90", "--alpha", "0.1", "--configs", MATH7)
+    lines = out.splitlines()
+    header = next(line for line in lines if "config" in line and "accuracy" in line)
+    assert header.split()[-1] == "d_acc" and "net_pts" not in out
+    rows = {name: line for line in lines[1:] for name in MATH7.split(",") if f" {name} " in line and "accuracy points" not in line}
+    assert rows["acc85/semi70"].lstrip().startswith("*") and rows["acc95/semi90"].startswith("R ")
+    assert all(line.split()[-4] == "valid" and "NOT" not in line for line in rows.values()) and " yes " not in out
+    assert "R reference, * deployed" in out
+    code, out, _ = run(capsys, "select", str(DATA / "llada2_code.csv"), "--reference", "acc95/semi90", "--alpha", "0.15")
+    assert code == 0 and "  NOT valid  7.566  +42.4%  -13.1" in out and " no " not in out
 
 
 def test_json_report_select(capsys):
@@ -94,12 +108,15 @@ def bad_csv(tmp_path, text):
         (["sample-size", "--alpha", "0.05", "--risk", "0.05", "--configs", "8"], "argument --risk"),
         (["sample-size", "--alpha", "0.05", "--risk", "0.03", "--configs", "0"], "argument --configs: expected an integer >= 1"),
         (["frobnicate"], "invalid choice"),
+        (["select", MATH, "--reference", "acc95/semi90", "--alpha", "0.1", "--frobnicate"], "unrecognized arguments: --frobnicate"),
+        (["sample-size", "--alpha", "0.05", "--risk", "0.03", "--configs", "8", "--power"], "argument --power: expected one argument"),
         ([], "the following arguments are required: COMMAND"),
     ],
 )
-def test_one_line_exit_2_errors(capsys, argv, message):
+def test_one_line_exit_4_errors(capsys, argv, message):
+    """Every usage error, argparse's own included, exits 4 as the gate does (2 before issue 29)."""
     code, out, err = run(capsys, *argv)
-    assert code == 2 and out == ""
+    assert code == 4 and out == ""
     assert err.count("\n") == 1 and "error: " in err and message in err
     assert "Traceback" not in err
 
@@ -114,9 +131,9 @@ def test_one_line_exit_2_errors(capsys, argv, message):
         (f"{HEADER}\na,p,1,3,x\nb,p,1,3,1\n", "line 2: column 'forwards': expected a finite number"),
     ],
 )
-def test_bad_file_exit_2_errors(capsys, tmp_path, text, message):
+def test_bad_file_exit_4_errors(capsys, tmp_path, text, message):
     code, _, err = run(capsys, "select", bad_csv(tmp_path, text), "--reference", "a", "--alpha", "0.1")
-    assert code == 2 and err.count("\n") == 1 and message in err
+    assert code == 4 and err.count("\n") == 1 and message in err
 
 
 def test_help_exit_0_main(capsys):
@@ -129,4 +146,4 @@ def test_console_script_entry_point(tmp_path):
     ok = subprocess.run(["redline", "sample-size", "--alpha", "0.05", "--risk", "0.03", "--configs", "8"], capture_output=True, text=True)
     bad = subprocess.run(["redline", "select", str(tmp_path / "none.csv"), "--reference", "a", "--alpha", "0.1"], capture_output=True, text=True)
     assert ok.returncode == 0 and ok.stdout.startswith("1008 prompts")
-    assert bad.returncode == 2 and bad.stderr.strip() == f"redline: error: {tmp_path / 'none.csv'}: no such file"
+    assert bad.returncode == 4 and bad.stderr.strip() == f"redline: error: {tmp_path / 'none.csv'}: no such file"

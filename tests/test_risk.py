@@ -297,7 +297,7 @@ def test_readable_table_result():
     lines = text.splitlines()
     assert lines[0].startswith("Redline: alpha=0.5 delta=0.5 holm (family: all), n=10 prompts, m=3 configs")
     assert any(line.lstrip().startswith("R") and "ref" in line for line in lines)
-    assert any(line.startswith("*") and "fast" in line and "+200.0%" in line for line in lines)
+    assert any(line.startswith(" *") and "fast" in line and "+200.0%" in line for line in lines)
     assert lines[-1] == "deployed: fast (+200.0% vs reference ref, +0.0 accuracy points)"
 
 
