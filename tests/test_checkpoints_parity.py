@@ -39,6 +39,7 @@ from pytest_redline.engines.block_diffusion import BlockDiffusionEngine  # noqa:
 from pytest_redline.engines.common import encode  # noqa: E402
 from pytest_redline.suites.arithmetic import ArithmeticSuite  # noqa: E402
 
+pytestmark = pytest.mark.slow  # float64 decodes by ours and the peers: 12 s of CPU in all
 BLOCK, GEN, THRESHOLD = 4, 8, 0.9
 
 

@@ -58,6 +58,7 @@ LLADA21 = [  # (accept, edit, max_post_steps, block): oscillating edits at a low
 ]
 
 
+@pytest.mark.slow  # over 5 s
 @pytest.mark.parametrize("accept, edit, post, block_size", LLADA21)
 def test_equivalent_window_one_editing_llada21(tiny, accept, edit, post, block_size):
     """Window 1 with editing is LLaDA2.1 (M2T threshold with top-1 fallback, T2T edits in every
@@ -77,6 +78,7 @@ def _text(engine, out):
     return engine.tokenizer.decode([t for t in out if t not in engine.eos_ids])
 
 
+@pytest.mark.slow  # float64 decodes against the uncached reference, as block_diffusion's (5-15 s)
 @pytest.mark.parametrize("window", [2, 4])
 @pytest.mark.parametrize("accept", [0.5, 0.8])
 def test_equivalent_gate_one_serial(tiny, window, accept):
@@ -91,6 +93,7 @@ WAVEFRONT = [  # blocks in flight together, and edits, on the tiny model
 ]
 
 
+@pytest.mark.slow  # float64 decodes against the uncached reference, as block_diffusion's (5-15 s)
 @pytest.mark.parametrize("config", WAVEFRONT)
 def test_exact_cache_tokens_with_wavefront_and_edits(tiny, config):
     gens, trace = tiny.decode(PROMPTS, {**config, **SHORT}, record=True)
@@ -98,6 +101,7 @@ def test_exact_cache_tokens_with_wavefront_and_edits(tiny, config):
     assert _key(gens) == _key(tiny.generate(PROMPTS, {**config, **SHORT, "use_cache": False}))
 
 
+@pytest.mark.slow  # float64 decodes against the uncached reference, as block_diffusion's (5-15 s)
 @pytest.mark.parametrize("config", WAVEFRONT[:1])
 def test_equivalent_batched_and_alone(tiny, config):
     batched = tiny.generate(PROMPTS, {**config, **SHORT})

@@ -31,6 +31,7 @@ def project(pytester: pytest.Pytester) -> Project:
     return Project(pytester)
 
 
+@pytest.mark.slow  # the full published grid, over 5 s
 def test_replay_reproduces_published_llada2_math(project: Project) -> None:
     project.grid(GRID)
     full = project.run("--redline-alpha=0.1", "--redline-full", "--redline-report=full.json")

@@ -34,6 +34,7 @@ def linear_layers(model) -> list[torch.nn.Module]:
     return [m for name, m in model.model.layers.named_modules() if name and hasattr(m, "in_features")]
 
 
+@pytest.mark.slow  # over 5 s
 @pytest.mark.parametrize("mode", QUANTIZED)
 def test_every_decoder_linear_is_quantized_and_its_scales_are_counted(engine, mode) -> None:
     model = engine.model(mode)
