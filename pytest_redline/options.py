@@ -12,10 +12,12 @@ from pathlib import Path
 import pytest
 
 from pytest_redline.checks import CORRECTIONS, probability_arg
+from pytest_redline.step_summary import PROMPTS as MARKDOWN_PROMPTS
 
 DEFAULT_GRID = "redline.yaml"
 DEFAULT_CACHE_DIR = ".redline"
-PATH_OPTIONS = ("--redline-grid", "--redline-cache-dir", "--redline-report", "--redline-outcomes", "--redline-html")
+PATH_OPTIONS = ("--redline-grid", "--redline-cache-dir", "--redline-report", "--redline-outcomes", "--redline-html",
+                "--redline-markdown")
 
 
 def seed_arg(text: str) -> int:
@@ -42,6 +44,12 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption("--redline-report", default=None, metavar="PATH", help="write the JSON report to PATH")
     group.addoption("--redline-html", default=None, metavar="PATH",
                     help="write the review page (one self-contained HTML file) to PATH")
+    group.addoption("--redline-markdown", default=None, metavar="PATH",
+                    help="write the pull-request summary (GitHub-flavoured Markdown) to PATH, and append it to "
+                         "$GITHUB_STEP_SUMMARY when that is set")
+    group.addoption("--redline-markdown-prompts", choices=MARKDOWN_PROMPTS, default=None,
+                    help="what the summary shows of each regression: none (counts), ids (prompt ids and rules; the "
+                         "default) or full (prompts and answers)")
     group.addoption("--redline-outcomes", default=None, metavar="PATH",
                     help="write the per-prompt outcome CSV to PATH (the replay engine reads it back)")
     group.addoption("--redline-correction", choices=CORRECTIONS, default=None,
@@ -53,6 +61,9 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption("--redline-full", action="store_true", default=False,
                     help="decode every config on every prompt (no schedule): for net accuracy on all prompts "
                          "or an outcome export")
+    group.addoption("--redline-plan", action="store_true", default=False,
+                    help="preflight: print each grid's n, m, level, power at alpha/2 and alpha/4 and the prompts for "
+                         "80%% power, then exit 0 without loading a model or decoding")
     group.addoption("--redline-seed", type=seed_arg, default=None, metavar="SEED",
                     help="seed of the candidates' prompt order (default 0)")
     parser.addini("redline_grid", "grid files to gate when --redline-grid is not given", type="paths", default=[])
@@ -61,6 +72,8 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini("redline_cache_dir", "folder of the outcome store", default="")
     parser.addini("redline_report", "default path of the JSON report", default="")
     parser.addini("redline_html", "default path of the HTML review page", default="")
+    parser.addini("redline_markdown", "default path of the Markdown pull-request summary", default="")
+    parser.addini("redline_markdown_prompts", "what the summary shows of regressions: none, ids or full", default="")
     parser.addini("redline_outcomes", "default path of the outcome CSV", default="")
     parser.addini("redline_seed", "seed of the candidates' prompt order (default 0)", default="")
 
@@ -81,6 +94,8 @@ class GateOptions:
     full: bool = False
     seed: int = 0
     html: Path | None = None
+    markdown: Path | None = None
+    markdown_prompts: str = "ids"
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> "GateOptions":
@@ -101,6 +116,9 @@ class GateOptions:
             full=bool(opt("redline_full")),
             seed=opt("redline_seed") if opt("redline_seed") is not None else _ini_seed(config),
             html=_path(opt("redline_html"), here) or _path(config.getini("redline_html"), root),
+            markdown=_path(opt("redline_markdown"), here) or _path(config.getini("redline_markdown"), root),
+            markdown_prompts=opt("redline_markdown_prompts")
+            or _ini_choice(config, "redline_markdown_prompts", MARKDOWN_PROMPTS) or "ids",
         )
 
 

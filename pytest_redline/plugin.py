@@ -23,6 +23,21 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     add_options(parser)
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> int | None:
+    """--redline-plan: the preflight instead of the session (no collection, no model)."""
+    if not config.getoption("redline_plan"):
+        return None
+    if config.getoption("redline_alpha") is None:
+        raise pytest.UsageError("--redline-plan: expected --redline-alpha=ALPHA too (the budget the plan is for)")
+    from pytest_redline import preflight
+    from pytest_redline.session import prepare_grids
+
+    calibrations = prepare_grids(config)[1]
+    print("\n".join(preflight.lines(preflight.plan(cal) for cal in calibrations.values())), flush=True)
+    return 0
+
+
 def pytest_configure(config: pytest.Config) -> None:
     if config.getoption("redline_alpha") is None:
         return
@@ -52,6 +67,18 @@ class GateHooks:
     def __init__(self, gate: "Gate", worker: bool, short: "ShortProtocol") -> None:
         self.gate, self.worker, self.short = gate, worker, short
         self.only_grid_items = True  # no test of the user's ran in this process
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        """A run whose power at alpha/2 is below 50 % starts with a warning (after pytest's header)."""
+        if self.worker:
+            return
+        from pytest_redline import preflight
+
+        for cal in self.gate.calibrations():
+            warning = preflight.weak_power(preflight.plan(cal))
+            if warning:
+                self.gate.progress(warning)
 
     def pytest_collect_file(self, file_path, parent):
         if self.gate.is_grid(file_path):

@@ -112,12 +112,19 @@ def _verdict_box(v: GridVerdict, rep: Mapping[str, Any]) -> str:
                                        f"{rep['missing'][0]['prompt']}, {rep['missing'][0]['reason']})"))
     if rep.get("error"):
         facts.append(("error", rep["error"]))
+    if rep.get("poor_trade"):
+        facts.append(("trade-off", rep["poor_trade"]))
+    if rep.get("slower_than_reference"):
+        facts.append(("slower", f"{rep['requested']} is certified but slower than the reference {rep['reference']} "
+                                f"on {rep['cost']}; it is still the requested config"))
+    if rep.get("min_gain"):
+        facts.append(("min_gain", f"{_num(rep['min_gain'])} (select mode only)"))
     rows = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in facts if v not in (None, "", "None"))
     return f'<div class="verdict {cls}"><p class="head">{_e(head)}</p><table class="facts">{rows}</table></div>'
 
 
 COLUMNS = (("config", "name"), ("params", "params"), ("V", "violations"), ("risk upper", "risk_upper"),
-           ("p-value", "p_value"), ("Holm p", "p_adjusted"), ("valid", "valid"), ("accuracy", "accuracy"),
+           ("p-value", "p_value"), ("Holm p", "p_adjusted"), ("valid", "valid"), ("status", "status"), ("accuracy", "accuracy"),
            ("cost", "cost"), ("gain", "gain"), ("decode s", "decode_seconds"))
 
 

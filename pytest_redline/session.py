@@ -63,29 +63,21 @@ class Gate:
     @classmethod
     def start(cls, config: pytest.Config) -> "Gate":
         """Resolve options and grids, prepare every grid and open the store: usage errors now."""
-        check_spaced_paths(config)
-        options = GateOptions.from_config(config)
-        paths = resolve_grids_and_rewrite_args(config, options)
-        engines = EngineBook()
-        level = Level(options.alpha, options.delta, len(paths), options.correction, options.deploy, options.seed, options.full)
-        calibrations = {}
-        for path in paths:
-            try:
-                calibrations[path] = prepare(load_grid(path), _label(path, Path(config.rootpath)), level, engines)
-            except GridError as e:
-                raise pytest.UsageError(str(e)) from None
+        options, calibrations, engines = prepare_grids(config)
         live = [cal.label for cal in calibrations.values() if not cal.replayed]
         if options.outcomes is not None and not options.full and live:
             raise pytest.UsageError(
                 f"--redline-outcomes writes complete outcome tables, but the schedule skips items that cannot "
                 f"change the verdict ({', '.join(live)}): add --redline-full to decode every config on every prompt"
             )
-        if options.html is not None:
-            from pytest_redline.review import check_writable
+        for option, path, what in (("--redline-html", options.html, "the review page"),
+                                   ("--redline-markdown", options.markdown, "the summary")):
+            if path is not None:
+                from pytest_redline.review import check_writable
 
-            why = check_writable(options.html)
-            if why:
-                raise pytest.UsageError(f"--redline-html: cannot write the review page: {why}")
+                why = check_writable(path)
+                if why:
+                    raise pytest.UsageError(f"{option}: cannot write {what}: {why}")
         shared = getattr(config, "workerinput", {}).get(PAYLOAD)  # from the xdist controller
         temp_dir = None
         if shared and shared["store_dir"]:
@@ -117,6 +109,9 @@ class Gate:
 
     def is_grid(self, path: Path) -> bool:
         return path.resolve() in self._calibrations
+
+    def calibrations(self) -> tuple[Calibration, ...]:
+        return tuple(self._calibrations.values())
 
     def calibration(self, path: Path) -> Calibration:
         return self._calibrations[path.resolve()]
@@ -189,6 +184,11 @@ class Gate:
 
             review.write_html(self.options.html, self.verdicts, review.provenance(self.command, self._calibrations.values(), self.engines))
             self.file_notes.append(f"review page: {self.options.html}")
+        if self.options.markdown is not None:
+            from pytest_redline import review, step_summary
+
+            provenance = review.provenance(self.command, self._calibrations.values(), self.engines)
+            self.file_notes += step_summary.write(self.options.markdown, self.verdicts, provenance, self.options.markdown_prompts)
         if not all(v.certified for v in self.verdicts) and exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
             exitstatus = pytest.ExitCode.TESTS_FAILED
         self.exitstatus = int(exitstatus)
@@ -220,6 +220,23 @@ class Gate:
             terminal.write_line(note)
         text, ok = report.session_line(self.verdicts, self.exitstatus)
         terminal.write_sep("=", text, bold=True, green=ok, red=not ok)
+
+
+def prepare_grids(config: pytest.Config) -> tuple[GateOptions, dict[Path, Calibration], EngineBook]:
+    """The options and every grid prepared (the model-free checks: usage errors now); the
+    gate's start, and the whole of the preflight (--redline-plan)."""
+    check_spaced_paths(config)
+    options = GateOptions.from_config(config)
+    paths = resolve_grids_and_rewrite_args(config, options)
+    engines = EngineBook()
+    level = Level(options.alpha, options.delta, len(paths), options.correction, options.deploy, options.seed, options.full)
+    calibrations = {}
+    for path in paths:
+        try:
+            calibrations[path] = prepare(load_grid(path), _label(path, Path(config.rootpath)), level, engines)
+        except GridError as e:
+            raise pytest.UsageError(str(e)) from None
+    return options, calibrations, engines
 
 
 def resolve_grids_and_rewrite_args(config: pytest.Config, options: GateOptions) -> list[Path]:
