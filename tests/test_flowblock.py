@@ -144,6 +144,7 @@ def _replay(engine, prompt, steps, config):
     return ids, states
 
 
+@pytest.mark.slow  # real decodes of the embedded model at three configs (shared fixture): 12 s
 def test_retired_blocks_never_change(embedded, real_decode):
     """Replaying a trace's commits and edits gives the output; commits fill MASKs, edits replace
     drafted tokens; no change ever lands in a retired block or on a prompt token, and a retired
@@ -166,6 +167,7 @@ def test_retired_blocks_never_change(embedded, real_decode):
         assert sum(len(step["edited"]) for step in steps[prompt.id]) == gen.extra["edits"]
 
 
+@pytest.mark.slow  # real decodes of the embedded model at three configs (shared fixture): 12 s
 def test_readiness_share_of_frontier_masks_committed(embedded, real_decode):
     """rho = the share of the frontier's masked positions above accept_threshold, which are exactly
     its threshold commits; a frontier without MASK has rho 1; the top-1 fallback is the head's alone."""
@@ -187,6 +189,7 @@ def test_readiness_share_of_frontier_masks_committed(embedded, real_decode):
                 assert commits == (frontier == active[0])
 
 
+@pytest.mark.slow  # real decodes of the embedded model at three configs (shared fixture): 12 s
 def test_scheduler_laws_gate_window_post_cap_progress(embedded, real_decode):
     """At most `window` blocks; a block is admitted only after the frontier's readiness reached the
     gate; a head gets at most `max_post_steps` check forwards (forwards that saw it complete);
@@ -218,6 +221,7 @@ def test_scheduler_laws_gate_window_post_cap_progress(embedded, real_decode):
     assert sum(g.forwards for g in gens) == len(trace)
 
 
+@pytest.mark.slow  # over 5 s
 def test_counts_match_model_calls(embedded):
     rows = []
     hook = embedded.model.get_decoder().register_forward_hook(

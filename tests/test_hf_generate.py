@@ -66,6 +66,7 @@ def test_equivalent_engine_model_generate_diffusion_gemma(gemma_folder, prompts)
     assert [g.text for g in other_seed] != [g.text for g in ours]  # the seed matters (random canvas)
 
 
+@pytest.mark.slow  # a gate that decodes, over 5 s
 def test_gate_certifies_diffusion_gemma(pytester, run_gate, gemma_folder):
     grid = yaml.safe_load((ROOT / "grids" / "diffusion_gemma.yaml").read_text())
     grid["engine_args"]["model"] = str(gemma_folder)

@@ -126,6 +126,7 @@ def test_order_invariant_holm(p, delta, rnd):
     assert np.array_equal(risk.holm_adjusted(permuted), risk.holm_adjusted(p)[perm])
 
 
+@pytest.mark.slow  # over 5 s (the other risk laws stay in the inner loop)
 @settings(max_examples=15)  # each multipletests call runs gc.collect(): about 0.1 s
 @given(p_values, deltas)
 @example([0.02, 0.02, 0.02], 0.06)

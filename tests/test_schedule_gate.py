@@ -174,6 +174,7 @@ def test_prompts_needed_over_limit_said_not_computed(project: Project) -> None:
 # --------------------------------------------------------------------------- the law, through the gate
 
 
+@pytest.mark.slow  # two gates that decode, over 5 s
 @settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(0, 2**32 - 1), m=st.integers(2, 4), n=st.integers(60, 150), alpha=st.sampled_from([0.1, 0.2]))
 @example(seed=0, m=4, n=150, alpha=0.2)
