@@ -178,6 +178,7 @@ def test_bad_config_is_a_value_error_naming_the_key(params, words) -> None:
 # ------------------------------------------------------------------------------ the engine
 
 
+@pytest.mark.slow  # decodes every calibration prompt, over 5 s
 def test_lossless_equals_target_greedy_on_every_calibration_prompt(engine, suite) -> None:
     prompts = suite.prompts()
     got = []
@@ -224,6 +225,7 @@ ALPHA_ABOVE_ONE = {**TYPICAL, "posterior_threshold": 1.0, "posterior_alpha": 10.
 
 @pytest.mark.parametrize("params", [LOSSLESS, TYPICAL, {**TYPICAL, "posterior_threshold": 0.4, "num_draft_tokens": 2}, ALPHA_ABOVE_ONE],
                          ids=["lossless", "typical", "typical-eps0.4-gamma2", "typical-alpha10"])
+@pytest.mark.slow  # against the uncached loop: 7 s for the three
 def test_engine_equals_the_uncached_one_prompt_loop(engine, suite, params) -> None:
     prompts = suite.prompts()[:12]
     cfg = SpecConfig.from_params(params)
