@@ -276,3 +276,23 @@ def test_summary_usage_errors(pytester, monkeypatch):
     assert re.search(r"--redline-markdown: cannot write the summary: its folder \S*no/such does not exist", result.stderr.str())
     result = run_gate(pytester, "--redline-alpha=0.2", "--redline-grid=small.yaml", "--redline-markdown-prompts=all")
     assert result.ret == pytest.ExitCode.USAGE_ERROR and "invalid choice: 'all'" in result.stderr.str()
+
+
+def test_the_ci_pages_workflow_writes_the_summary_and_uploads_the_page_and_the_junit_xml():
+    """docs/ci.md's workflow is valid YAML, its gate step uses only options the plugin declares,
+    and the artifact holds what that step writes (the review page and the JUnit XML among them)."""
+    import yaml
+
+    from pytest_redline import options
+
+    page = (ROOT / "docs" / "ci.md").read_text()
+    (block,) = [b for b in re.findall(r"```yaml\n(.*?)```", page, re.S) if "jobs:" in b]
+    steps = yaml.safe_load(block)["jobs"]["gate"]["steps"]
+    (gate,) = [s["run"] for s in steps if "run" in s and "--redline-alpha" in s["run"]]
+    flags = dict(re.findall(r"(--[\w-]+)=(\S+)", gate))
+    declared = set(re.findall(r'addoption\("(--redline-[\w-]+)"', Path(options.__file__).read_text()))
+    assert {f for f in flags if f.startswith("--redline")} <= declared
+    (upload,) = [s for s in steps if s.get("uses", "").startswith("actions/upload-artifact")]
+    assert upload["if"] == "always()"
+    written = {flags[f] for f in ("--redline-html", "--junitxml", "--redline-markdown", "--redline-report")}
+    assert set(upload["with"]["path"].split()) == written
