@@ -268,6 +268,17 @@ def test_the_gate_writes_the_summary_and_appends_to_the_step_summary(pytester, m
     assert [row[1] for row in page.tables[0][1:]] == ["acc95/semi90", "acc85/semi70"]
 
 
+def test_a_partial_run_writes_a_partial_summary(pytester, monkeypatch):
+    _small_grid(pytester)
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    result = run_gate(pytester, "--redline-alpha=0.2", "--redline-grid=small.yaml", "--redline-markdown=summary.md",
+                      "-k", "not gsm8k/17")
+    doc = (pytester.path / "summary.md").read_text()
+    assert result.ret == 1 and doc.startswith("## ⚠️ REDLINE PARTIAL: small")
+    assert "PARTIAL RUN: 2 of 120 items produced no outcome, so nothing is certified" in doc
+    assert "| config |" not in doc  # no table: nothing was certified
+
+
 def test_summary_usage_errors(pytester, monkeypatch):
     _small_grid(pytester)
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
