@@ -154,21 +154,9 @@ class BlockDiffusionEngine(BlockDiffusionSpec):
     def describe(self) -> dict[str, str]:
         return runtime.describe(self.name, self.device, self.dtype, model=self.path, rules=self.rules, **self.checkpoint.describe())
 
-    def with_declared(self, config: Mapping[str, Any]) -> Mapping[str, Any]:
-        """The checkpoint's declared ``block_size`` as the default of a config that sets none
-        (engines whose Config has a ``block_size`` field); a grid's value wins."""
-        declared = self.checkpoint.block_size
-        if declared is None or "block_size" in config:
-            return config
-        parse = getattr(self, "_decode_config", None) or self.Config.from_params
-        try:
-            parse({"block_size": declared})
-        except ValueError:  # this engine's configs have no block_size (e.g. BlockBatch's block_sizes)
-            return config
-        return {**config, "block_size": declared}
-
     def generate(self, prompts: Sequence[Prompt], config: Mapping[str, Any]) -> list[Generation]:
-        generations, trace = self.decode(prompts, self.with_declared(config), record=self.trace_path is not None)
+        config = self.with_declared(config, self.checkpoint.block_size)  # the spec's rule, as reported
+        generations, trace = self.decode(prompts, config, record=self.trace_path is not None)
         if self.trace_path is not None:
             with open(self.trace_path, "a") as handle:
                 for entry in trace:

@@ -141,15 +141,19 @@ class BlockDiffusionSpec(EngineSpec):
         return {**checkpoint.describe(), "block_size_used": cls.block_size_used(params or {}, checkpoint.block_size)}
 
     @classmethod
+    def with_declared(cls, params: Mapping[str, Any], declared: int | None) -> Mapping[str, Any]:
+        """A config's parameters with the checkpoint's ``declared`` block size as the default of
+        ``block_size`` (a Config that has one: BlockBatch's ``block_sizes`` do not take it); a
+        grid's own value wins. What the engine decodes with, and what it reports."""
+        if declared is None or "block_size" in params or "block_size" not in defaults(cls.Config):
+            return params
+        return {**params, "block_size": declared}
+
+    @classmethod
     def block_size_used(cls, params: Mapping[str, Any], declared: int | None) -> int | list[int]:
-        """As the engine decodes: the config's own block size, else the checkpoint's ``declared``
-        one (for a Config with a ``block_size``), else the Config's default."""
-        fields = defaults(cls.Config)
-        if "block_size" not in fields:
-            return list(cls.Config.from_params(params).block_sizes)
-        if "block_size" not in params and declared is not None:
-            params = {**params, "block_size": declared}
-        return cls.Config.from_params(params).block_size
+        """The block size a config decodes with (BlockBatch: its block sizes)."""
+        config = cls.Config.from_params(cls.with_declared(params, declared))
+        return list(config.block_sizes) if isinstance(config, BatchConfig) else config.block_size
 
 
 class FlowBlockSpec(BlockDiffusionSpec):

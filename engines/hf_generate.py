@@ -34,7 +34,7 @@ import inspect
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from pytest_redline.contracts import Generation, Prompt, cut_at_stop
+from pytest_redline.contracts import ConfigError, Generation, Prompt, cut_at_stop
 from pytest_redline.engines import runtime
 from pytest_redline.engines.common import encode, eos_ids, set_threads
 
@@ -67,23 +67,23 @@ def check_params(params: Mapping[str, Any]) -> dict[str, Any]:
     """A config's generate kwargs, checked without a model: known keys, their types."""
     unknown = sorted(set(params) - set(KEYS))
     if unknown:
-        raise ValueError(f"hf_generate: unknown config key {unknown[0]!r}; known keys: {', '.join(KEYS)}")
+        raise ConfigError(unknown[0], f"hf_generate: unknown config key {unknown[0]!r}; known keys: {', '.join(KEYS)}", KEYS)
     ints = ("max_new_tokens", "stability_threshold", "max_denoising_steps", "prompt_lookup_num_tokens", "num_assistant_tokens", "top_k")
     for key in ints:
         if key in params and (isinstance(params[key], bool) or not isinstance(params[key], int) or params[key] < 1):
-            raise ValueError(f"hf_generate: {key}: expected int >= 1, got {params[key]!r}")
+            raise ConfigError(key, f"hf_generate: {key}: expected int >= 1, got {params[key]!r}")
     for key in ("confidence_threshold", "t_min", "t_max", "temperature", "top_p"):
         if key in params and (isinstance(params[key], bool) or not isinstance(params[key], (int, float)) or params[key] < 0):
-            raise ValueError(f"hf_generate: {key}: expected a number >= 0, got {params[key]!r}")
+            raise ConfigError(key, f"hf_generate: {key}: expected a number >= 0, got {params[key]!r}")
     if "sampler_config" in params and not isinstance(params["sampler_config"], Mapping):
-        raise ValueError(f"hf_generate: sampler_config: expected a mapping (e.g. {{entropy_bound: 0.1}}), got {params['sampler_config']!r}")
+        raise ConfigError("sampler_config", f"hf_generate: sampler_config: expected a mapping (e.g. {{entropy_bound: 0.1}}), got {params['sampler_config']!r}")
     if "assistant_model" in params and not (Path(str(params["assistant_model"])) / "config.json").is_file():
-        raise ValueError(f"hf_generate: assistant_model: expected a model folder with config.json, got {params['assistant_model']!r}")
+        raise ConfigError("assistant_model", f"hf_generate: assistant_model: expected a model folder with config.json, got {params['assistant_model']!r}")
     if params.get("cache_implementation") == "quantized" and quantized_cache_backend() is None:
-        raise ValueError("hf_generate: cache_implementation: 'quantized' needs optimum-quanto or hqq "
+        raise ConfigError("cache_implementation", "hf_generate: cache_implementation: 'quantized' needs optimum-quanto or hqq "
                          "(pip install 'pytest-redline[kvquant]'); neither is installed")
     if params.get("assistant_model") is not None and params.get("prompt_lookup_num_tokens") is not None:
-        raise ValueError("hf_generate: assistant_model and prompt_lookup_num_tokens: expected one of them, got both")
+        raise ConfigError("prompt_lookup_num_tokens", "hf_generate: assistant_model and prompt_lookup_num_tokens: expected one of them, got both")
     return dict(params)
 
 
@@ -126,7 +126,8 @@ class HFGenerateEngine:
         if isinstance(seed, bool) or not isinstance(seed, int):
             raise ValueError(f"hf_generate: engine_args.seed: expected an int, got {seed!r}")
         return {"family": str(config.get("model_type")), "declared_block_size": config.get("canvas_length"),
-                "mask_token_id": config.get("mask_token_id"), "seed": seed, "batch_size": 1}
+                "block_size_used": config.get("canvas_length"), "mask_token_id": config.get("mask_token_id"), "seed": seed,
+                "batch_size": 1}
 
     @classmethod
     def identity(cls, engine_args: Mapping[str, Any], cache_dir: str | Path | None = None) -> dict[str, Any]:

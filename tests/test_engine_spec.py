@@ -225,11 +225,11 @@ def test_engine_reports_the_values_it_uses_check_engine_args(tmp_path: Path):
     assert calls == [{"knob": "x"}, {}, None]
 
 
-def test_structured_config_errors_replay_and_endpoint():
+def test_structured_config_errors_replay_endpoint_and_hf_generate():
     from pytest_redline.contracts import ConfigError
 
     for name, params, key, known in (("replay", {"confg": "a"}, "confg", ("config",)), ("replay", {"config": 3}, "config", ()),
-                                     ("openai", {"max_token": 5}, "max_token", None)):
+                                     ("hf_generate", {"top_k": 0}, "top_k", ()), ("openai", {"max_token": 5}, "max_token", None)):
         with pytest.raises(ConfigError) as raised:
             registry.factory(registry.ENGINES, name).check_config(params)
         assert raised.value.key == key and (known is None or raised.value.known == known)
