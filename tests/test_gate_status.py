@@ -218,3 +218,29 @@ def test_plan_imports_no_torch() -> None:
     assert "HEAVY []" in run.stdout
     assert re.search(r"^arithmetic-tiny +512 +12 ", run.stdout, re.M)
     assert re.search(r"^speculative-arithmetic +512 +7 ", run.stdout, re.M)
+
+
+def test_published_llada2_statuses_from_the_outcome_table() -> None:
+    """The replayed grid's statuses at alpha = 0.05, from the published table (exact V of every config)."""
+    from pytest_redline import risk
+    from pytest_redline.outcomes import OutcomeTable
+
+    table = OutcomeTable.read_csv(ROOT / "tests/data/redline/llada2_math.csv")
+    names = ("acc85/semi70", "acc85/semi90", "acc90/semi70", "acc90/semi90", "acc95/semi70", "acc95/semi90", "acc99/semi90")
+    correct = table.correct[[table.index(c) for c in names]]
+    result = risk.certify(correct, np.ones(7), 5, 0.05, 0.1, names=names)
+    rev = risk.exceeds_budget(result.violations, correct.shape[1], 5, 0.05, 0.1)
+    assert result.violations.tolist() == [73, 67, 65, 54, 52, 0, 40]
+    assert risk.statuses(result.valid, rev.exceeds) == (
+        "exceeds budget", "exceeds budget", "inconclusive", "inconclusive", "inconclusive", "certified", "inconclusive")
+
+
+@pytest.mark.slow  # the replayed grid: 7,084 items through pytest (~20 s under load)
+def test_published_llada2_replay_gives_every_config_a_status(project: Project) -> None:
+    grid = ROOT / "grids" / "llada2_math_published.yaml"
+    result = project.run("--redline-alpha=0.05", f"--redline-grid={grid}", "--redline-report=report.json")
+    assert result.ret == 0
+    statuses = {c["name"]: c["status"] for c in project.report()["configs"]}
+    assert statuses == {"acc85/semi70": "exceeds budget", "acc85/semi90": "exceeds budget",
+                        "acc90/semi70": "inconclusive", "acc90/semi90": "inconclusive", "acc95/semi70": "inconclusive",
+                        "acc95/semi90": "certified", "acc99/semi90": "inconclusive"}
