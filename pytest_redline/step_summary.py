@@ -39,7 +39,8 @@ from pytest_redline import text
 if TYPE_CHECKING:  # annotations only: grids() imports the report modules when it runs
     from pytest_redline.verdict import GridVerdict
 
-LIMIT = 1024 * 1024  # bytes: GitHub's limit on one step's summary
+LIMIT = 1024 * 1024  # bytes: GitHub's limit on one step's summary (over it, GitHub uploads none of it)
+MIN_LIMIT = 16 * 1024  # when an earlier writer left less room than this, write this much anyway
 PROMPTS = ("none", "ids", "full")
 TEXT_CHARS = 300  # a prompt or an output in a full summary, as the terminal clips answers
 STATUS_MARKS = {"certified": "✅", "exceeds budget": "❌", "inconclusive": "❔"}
@@ -367,13 +368,15 @@ def grids(verdicts: Sequence[GridVerdict]) -> list[GridSummary]:
 def write(path: str | os.PathLike, verdicts: Sequence[GridVerdict], provenance: Mapping[str, Any], prompts: str = "ids",
           environ: Mapping[str, str] = os.environ) -> list[str]:
     """Write the summary to ``path`` and append it to ``$GITHUB_STEP_SUMMARY`` when that is set;
-    returns the terminal's lines saying where it went."""
+    returns the terminal's lines saying where it went. GitHub's limit holds for the step's whole
+    file, so what an earlier writer in the same step left there is taken off the limit."""
     from pytest_redline.report import atomic_write
 
-    doc = render(grids(verdicts), provenance, prompts)
+    step = environ.get("GITHUB_STEP_SUMMARY")
+    taken = os.path.getsize(step) + 1 if step and os.path.isfile(step) else 0
+    doc = render(grids(verdicts), provenance, prompts, limit=max(LIMIT - taken, MIN_LIMIT))
     atomic_write(Path(path), doc)
     notes = [f"Markdown summary: {path} ({_size(doc):,} bytes, prompts: {prompts})"]
-    step = environ.get("GITHUB_STEP_SUMMARY")
     if step:
         try:
             with open(step, "a", encoding="utf-8") as f:

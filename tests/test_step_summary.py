@@ -307,3 +307,12 @@ def test_the_ci_pages_workflow_writes_the_summary_and_uploads_the_page_and_the_j
     assert upload["if"] == "always()"
     written = {flags[f] for f in ("--redline-html", "--junitxml", "--redline-markdown", "--redline-report")}
     assert set(upload["with"]["path"].split()) == written
+
+
+def test_an_earlier_writer_in_the_step_takes_its_share_of_the_limit(verdict, tmp_path):
+    step = tmp_path / "step.md"
+    step.write_text("x" * (step_summary.LIMIT - 30_000) + "\n")  # 30 kB left, the full summary takes 37 kB
+    notes = step_summary.write(tmp_path / "summary.md", [verdict], PROVENANCE, "full", {"GITHUB_STEP_SUMMARY": str(step)})
+    doc = (tmp_path / "summary.md").read_text()
+    assert step.stat().st_size < step_summary.LIMIT and step.read_text().endswith("\n\n" + doc)
+    assert "regressions left out" in doc and notes[1].startswith("Markdown summary appended to $GITHUB_STEP_SUMMARY")
