@@ -76,7 +76,7 @@ class GateHooks:
         from pytest_redline import preflight
 
         for cal in self.gate.calibrations():
-            warning = preflight.weak_power(preflight.plan(cal))
+            warning = preflight.weak_power(cal)
             if warning:
                 self.gate.progress(warning)
 

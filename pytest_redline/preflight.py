@@ -64,13 +64,23 @@ def lines(plans: Iterable[Plan]) -> list[str]:
     out.append("level: the family-wise error level of each grid (delta, split over the grids); step: Holm's hardest "
                "step, level / m; power a/2, a/4: the chance to certify a config whose true risk is alpha/2, alpha/4 "
                "with these n prompts; n80: the prompts for 80% power at that risk")
-    out += [line for p in plans if (line := weak_power(p))]
+    out += [_warning(p.grid, p.n, p.alpha, p.power[0], p.needed[0]) for p in plans if p.power[0] < WEAK]
     return out
 
 
-def weak_power(p: Plan) -> str | None:
-    """The warning for a grid whose power at alpha/2 is below :data:`WEAK` (None otherwise)."""
-    if p.power[0] >= WEAK:
+def weak_power(cal: Calibration) -> str | None:
+    """The warning at the start of a gate run whose power at alpha/2 is below :data:`WEAK`
+    (None otherwise). The power costs a few p-values; the prompts needed are computed only
+    for the warning."""
+    from pytest_redline.planning import power, prompts_needed
+
+    risk = cal.alpha / FRACTIONS[0]
+    chance = float(power(cal.n, cal.alpha, risk, cal.delta_share / cal.m))
+    if chance >= WEAK:
         return None
-    return (f"redline warning: {p.grid}: with n={p.n} prompts a config at risk alpha/2 = {p.alpha / 2:g} is certified "
-            f"with probability {p.power[0]:.2f} (< {WEAK:.0%}); {p.needed[0]} prompts give 80%")
+    return _warning(cal.grid.name, cal.n, cal.alpha, chance, prompts_needed(cal.alpha, risk, cal.m, cal.delta_share, power=TARGET))
+
+
+def _warning(grid: str, n: int, alpha: float, chance: float, needed: int) -> str:
+    return (f"redline warning: {grid}: with n={n} prompts a config at risk alpha/2 = {alpha / 2:g} is certified "
+            f"with probability {chance:.2f} (< {WEAK:.0%}); {needed} prompts give 80%")

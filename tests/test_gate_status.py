@@ -169,9 +169,13 @@ def test_plan_figures_are_scipys() -> None:
     from pytest_redline.planning import prompts_needed
 
     assert plan.needed == (prompts_needed(0.1, 0.05, 5, 0.1), prompts_needed(0.1, 0.025, 5, 0.1))
-    assert preflight.weak_power(plan) is None
-    weak = preflight.plan(SimpleNamespace(alpha=0.1, n=60, m=3, delta_share=0.1, grid=SimpleNamespace(name="g")))
-    assert weak.power[0] < 0.5 and preflight.weak_power(weak).startswith("redline warning: g: with n=60 prompts")
+    assert preflight.weak_power(cal) is None
+    small = SimpleNamespace(alpha=0.1, n=60, m=3, delta_share=0.1, grid=SimpleNamespace(name="g"))
+    weak = preflight.plan(small)
+    assert weak.power[0] < 0.5 and preflight.weak_power(small) == (
+        f"redline warning: g: with n=60 prompts a config at risk alpha/2 = 0.05 is certified with probability "
+        f"{weak.power[0]:.2f} (< 50%); {weak.needed[0]} prompts give 80%")
+    assert preflight.lines([weak])[-1] == preflight.weak_power(small)
 
 
 def test_plan_prints_and_decodes_nothing(project: Project) -> None:
