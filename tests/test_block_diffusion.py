@@ -157,6 +157,7 @@ REAL = ArithmeticSuite(n=16, seed=5).prompts()
 REAL_CONFIGS = [{}, {"accept_threshold": 0.8, "semi_complete_threshold": 0.7, "buffer_size": 3}, {"skip_masked_blocks": True}]
 
 
+@pytest.mark.slow  # decodes: 1.5-7 s of CPU here, out of the inner loop's 60 s
 @pytest.mark.parametrize("config", REAL_CONFIGS)
 def test_maximal_commit_rule_and_scheduler_laws(embedded, config):
     cfg = {**DEFAULTS, **config}
@@ -192,6 +193,7 @@ def test_committed_tokens_never_change(embedded):
                 assert final[p - start] == t
 
 
+@pytest.mark.slow  # decodes: 1.5-7 s of CPU here, out of the inner loop's 60 s
 def test_counts_match_model_calls(embedded):
     rows = []
     hook = embedded.model.get_decoder().register_forward_hook(lambda m, a, k, out: rows.append(k["input_ids"].shape[0]), with_kwargs=True)

@@ -45,6 +45,7 @@ def prompts():
     return ArithmeticSuite(n=6, seed=0).prompts()
 
 
+@pytest.mark.slow  # decodes: 1.5-7 s of CPU here, out of the inner loop's 60 s
 def test_equivalent_engine_model_generate_diffusion_gemma(gemma_folder, prompts):
     from pytest_redline.engines.common import encode
     from transformers.models.diffusion_gemma.generation_diffusion_gemma import EntropyBoundSamplerConfig
@@ -88,6 +89,7 @@ def ar_engine():
     return HFGenerateEngine(model=AR_TARGET, device="cpu", dtype="float32")
 
 
+@pytest.mark.slow  # decodes: 1.5-7 s of CPU here, out of the inner loop's 60 s
 @pytest.mark.parametrize("knob", [{"prompt_lookup_num_tokens": 3}, {"assistant_model": str(AR_DRAFT)}], ids=["prompt-lookup", "assisted"])
 def test_equivalent_greedy_transformers_knobs(ar_engine, prompts, knob):
     plain = ar_engine.generate(prompts, {"max_new_tokens": 24})

@@ -69,6 +69,7 @@ def test_memory_shrinks_with_the_bits(engine) -> None:
     assert memory.weight_memory(engine.model("none"))["scales"] == 0
 
 
+@pytest.mark.slow  # decodes: 1.5-7 s of CPU here, out of the inner loop's 60 s
 @pytest.mark.parametrize("mode", MODES)
 def test_generation_reports_memory_of_its_mode_on_every_prompt(engine, prompts, mode) -> None:
     gens = engine.generate(prompts, {"quantization": mode})
@@ -165,6 +166,7 @@ def test_describe_reports_the_runtime_and_bitsandbytes(engine) -> None:
     assert len(engine.fingerprint()) == 64
 
 
+@pytest.mark.slow  # decodes: 1.5-7 s of CPU here, out of the inner loop's 60 s
 def test_gate_certifies_a_quantization_grid_end_to_end(pytester, run_gate) -> None:
     pytester.makefile(".yaml", quant=GATE_GRID.format(model=AR_TARGET))
     result = run_gate("--redline-alpha=0.1", "--redline-grid", "quant.yaml")

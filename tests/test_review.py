@@ -128,6 +128,7 @@ batch_size: 48
 """
 
 
+@pytest.mark.slow  # decodes: 1.5-7 s of CPU here, out of the inner loop's 60 s
 def test_the_page_of_a_live_embedded_grid_shows_both_outputs_of_every_regression(pytester, run_gate, tmp_path):
     _browser()
     pytester.makefile(".yaml", embedded=EMBEDDED.format(model=ROOT / "engines" / "models" / "bd-tiny"))

@@ -200,6 +200,7 @@ def test_equivalent_deployment_scheduled_and_full_through_gate(project: Project,
             (by_name(full)[full["deployed"]]["cost"], by_name(full)[full["deployed"]]["net_accuracy_points"]))
 
 
+@pytest.mark.slow  # a scheduled and a full gate: 3 s of CPU here
 def test_deployment_matches_full_run_published_pair(project: Project) -> None:
     """The issue's case: acc95/semi90 against acc95/semi90/add0.05 from the published
     llada2_math data, served live. On the prompts each ran on, add0.05 looked +6.1 % TPF

@@ -233,6 +233,7 @@ def test_engine_equals_the_uncached_one_prompt_loop(engine, suite, params) -> No
     assert [(g.text, g.forwards) for g in got] == [reference_decode(engine, p, cfg) for p in prompts]
 
 
+@pytest.mark.slow  # decodes: 1.5-7 s of CPU here, out of the inner loop's 60 s
 @pytest.mark.parametrize("params", [LOSSLESS, TYPICAL, {**TYPICAL, "posterior_threshold": 0.02, "num_draft_tokens": 6}])
 def test_cached_decoding_equals_recomputation(engine, suite, params) -> None:
     prompts = suite.prompts()[:32]
@@ -241,6 +242,7 @@ def test_cached_decoding_equals_recomputation(engine, suite, params) -> None:
     assert cached == recomputed
 
 
+@pytest.mark.slow  # decodes: 1.5-7 s of CPU here, out of the inner loop's 60 s
 @pytest.mark.parametrize("params", [LOSSLESS, TYPICAL])
 def test_batched_equals_one_request_at_a_time_in_float64(engine, suite, params) -> None:
     prompts = suite.prompts()[:24]
@@ -368,6 +370,7 @@ def test_a_refilled_slot_holds_the_moved_row_in_every_layer_and_store(engine) ->
             assert (t[1, :3] == 2).all() and (t[0, :2] == 0).all()
 
 
+@pytest.mark.slow  # decodes: 1.5-7 s of CPU here, out of the inner loop's 60 s
 @pytest.mark.parametrize("params", [LOSSLESS, TYPICAL], ids=["lossless", "typical"])
 def test_preallocated_cache_decodes_what_the_compacting_cache_decoded(engine, suite, params) -> None:
     """The speed change (preallocated buffers, cursors, slot refill) changes no token, count or
@@ -382,6 +385,7 @@ def test_preallocated_cache_decodes_what_the_compacting_cache_decoded(engine, su
     assert run(RowCache) == run(CompactRowCache)
 
 
+@pytest.mark.slow  # decodes: 1.5-7 s of CPU here, out of the inner loop's 60 s
 def test_preallocated_cache_greedy_equals_the_compacting_cache(engine, suite) -> None:
     """The quantized engine's greedy loop, on the float64 target: the same tokens and forwards."""
     prompts = suite.prompts()[:64]
