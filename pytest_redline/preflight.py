@@ -78,7 +78,8 @@ def weak_power(cal: Calibration) -> str | None:
     chance = float(power(cal.n, cal.alpha, risk, cal.delta_share / cal.m))
     if chance >= WEAK:
         return None
-    return _warning(cal.grid.name, cal.n, cal.alpha, chance, prompts_needed(cal.alpha, risk, cal.m, cal.delta_share, power=TARGET))
+    needed = prompts_needed(cal.alpha, risk, cal.m, cal.delta_share, power=TARGET)
+    return _warning(cal.grid.name, cal.n, cal.alpha, chance, needed)
 
 
 def _warning(grid: str, n: int, alpha: float, chance: float, needed: int) -> str:

@@ -268,7 +268,7 @@ class GridVerdict:
         prompts to certify it; R > alpha: prompts to show it exceeds the budget; R = alpha:
         no n settles it."""
         from pytest_redline.risk import INCONCLUSIVE
-        from pytest_redline.risk.reverse import reverse_prompts_needed, reverse_prompts_needed_approx
+        from pytest_redline.planning import reverse_prompts_needed, reverse_prompts_needed_approx
 
         if name == self.cal.reference or self.status(name) != INCONCLUSIVE:
             return None

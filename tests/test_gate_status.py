@@ -56,7 +56,7 @@ def test_full_run_statuses_in_the_table_and_json(project: Project) -> None:
 
 def test_inconclusive_config_says_what_would_settle_it(project: Project) -> None:
     from pytest_redline.planning import prompts_needed
-    from pytest_redline.risk.reverse import reverse_prompts_needed
+    from pytest_redline.planning import reverse_prompts_needed
 
     configs = ("configs:\n  ref: {forwards: 10}\n  near: {forwards: 5, wrong_every: 12}\n"
                "  over: {forwards: 4, wrong_every: 8}\n  edge: {forwards: 8, wrong_every: 10}")

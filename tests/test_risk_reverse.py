@@ -23,7 +23,8 @@ from scipy import stats
 
 from pytest_redline import risk
 from pytest_redline.risk.corrections import reject_rows
-from pytest_redline.risk.reverse import _upper, reverse_power, reverse_prompts_needed
+from pytest_redline.planning import reverse_power, reverse_prompts_needed
+from pytest_redline.risk.reverse import _upper
 
 ALPHAS = (Fraction(1, 20), Fraction(1, 10), Fraction(1, 5), Fraction(1, 4))
 

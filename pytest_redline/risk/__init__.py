@@ -51,8 +51,6 @@ from pytest_redline.risk.reverse import (
     STATUSES,
     Reverse,
     exceeds_budget,
-    reverse_power,
-    reverse_prompts_needed,
     reverse_pvalue,
     statuses,
 )
@@ -82,8 +80,6 @@ __all__ = [
     "holm",
     "holm_adjusted",
     "reject_rows",
-    "reverse_power",
-    "reverse_prompts_needed",
     "reverse_pvalue",
     "select_deployed",
     "statuses",

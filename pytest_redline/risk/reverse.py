@@ -19,12 +19,12 @@ A count V' that is a *lower bound* on the full V (a config stopped early, counte
 prompts it ran on) gives a larger p', so Holm rejects a subset of what the full counts
 would: the test stays valid (it can only say "inconclusive" more often).
 
-numpy and ``scipy.special`` only, as the rest of :mod:`pytest_redline.risk`.
+Its power and sample size are :func:`pytest_redline.planning.reverse_power` and
+:func:`~pytest_redline.planning.reverse_prompts_needed`. numpy and ``scipy.special`` only,
+as the rest of :mod:`pytest_redline.risk`.
 """
 from __future__ import annotations
 
-import functools
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,10 +40,7 @@ EXCEEDS = "exceeds budget"
 INCONCLUSIVE = "inconclusive"
 STATUSES = (CERTIFIED, EXCEEDS, INCONCLUSIVE)
 
-__all__ = [
-    "CERTIFIED", "EXCEEDS", "INCONCLUSIVE", "STATUSES", "Reverse", "exceeds_budget", "reverse_power",
-    "reverse_prompts_needed", "reverse_prompts_needed_approx", "reverse_pvalue", "statuses",
-]
+__all__ = ["CERTIFIED", "EXCEEDS", "INCONCLUSIVE", "STATUSES", "Reverse", "exceeds_budget", "reverse_pvalue", "statuses"]
 
 
 def _upper(v: Any, n: Any, alpha: Any) -> np.ndarray:
@@ -103,7 +100,8 @@ def exceeds_budget(violations: Any, n: int, reference: int, alpha: float, delta:
     p = _upper(v, n, alpha)
     exceeds = reject_rows(p, delta, tested, correction)
     adjusted = _holm_adjusted_rows(p, tested) if correction == "holm" else _bonferroni_adjusted_rows(p, tested)
-    return Reverse(_frozen(v), _frozen(np.where(tested, p, np.nan)), _frozen(adjusted), _frozen(exceeds), n, alpha, delta, correction)
+    p = np.where(tested, p, np.nan)
+    return Reverse(_frozen(v), _frozen(p), _frozen(adjusted), _frozen(exceeds), n, alpha, delta, correction)
 
 
 def statuses(valid: Any, exceeds: Any) -> tuple[str, ...]:
@@ -113,96 +111,6 @@ def statuses(valid: Any, exceeds: Any) -> tuple[str, ...]:
     ('certified', 'exceeds budget', 'inconclusive')
     """
     return tuple(CERTIFIED if ok else EXCEEDS if bad else INCONCLUSIVE for ok, bad in zip(valid, exceeds, strict=True))
-
-
-# --------------------------------------------------------------------------- power and sample size
-
-
-def _reverse_critical(n: np.ndarray, alpha: float, level: float) -> np.ndarray:
-    """Vectorized: the smallest V with P[Bin(n, alpha) >= V] <= level (n + 1 when none).
-
-    From a normal guess, stepped by the p-value itself (the function that decides the test).
-    """
-    n = np.asarray(n, dtype=np.int64)
-    flat = n.ravel()
-    sd = np.sqrt(flat * alpha * (1 - alpha))
-    k = np.clip(np.ceil(flat * alpha + special.ndtri(1 - level) * sd), 1, flat + 1).astype(np.int64)
-    moving = np.flatnonzero(k <= flat)
-    while moving.size:  # up while V fails
-        fails = _upper(k[moving], flat[moving], alpha) > level
-        moving = moving[fails]
-        k[moving] += 1
-        moving = moving[k[moving] <= flat[moving]]
-    moving = np.flatnonzero(k > 1)
-    while moving.size:  # down while V - 1 passes
-        passes = _upper(k[moving] - 1, flat[moving], alpha) <= level
-        moving = moving[passes]
-        k[moving] -= 1
-        moving = moving[k[moving] > 1]
-    return k.reshape(n.shape)
-
-
-def _reverse_power(n: np.ndarray, alpha: float, true_risk: float, level: float) -> np.ndarray:
-    k = _reverse_critical(n, alpha, level)
-    return np.where(k > n, 0.0, _upper(np.minimum(k, n), n, true_risk))
-
-
-def reverse_power(n: Any, alpha: float, true_risk: float, level: float) -> float | np.ndarray:
-    """P(a config of risk ``true_risk`` > alpha is shown to exceed alpha at ``level``) with n prompts.
-
-    ``= P[Bin(n, true_risk) >= k'(n)]``, k'(n) the smallest V whose reverse p-value is at most
-    ``level``. Saw-toothed in n: it rises while k' stays put, and drops when k' steps up.
-    """
-    n_arr = np.asarray(n)
-    if n_arr.ndim == 0:
-        n_arr = np.asarray(positive_int("n", n))
-    alpha, level = open_unit("alpha", alpha), open_unit("level", level)
-    true_risk = open_unit("true_risk", true_risk)
-    return _scalar(_reverse_power(n_arr.astype(np.int64), alpha, true_risk, level))
-
-
-def reverse_prompts_needed(alpha: float, true_risk: float, m: int, delta: float = 0.10, power: float = 0.8) -> int:
-    """The calibration size above which a config of risk ``true_risk`` > alpha is shown to
-    exceed alpha with ``power``, at Holm's hardest step over the m - 1 candidates
-    (``delta / (m - 1)``): the smallest n whose power, and every larger n's, is at least ``power``.
-
-    The power's teeth are failures at the *start* of each run of equal k'(n), so the scan
-    evaluates every n up to twice the last failing one (and at least twice the normal
-    approximation), where the teeth have died out.
-
-    >>> reverse_prompts_needed(0.05, 0.10, 8)
-    267
-    """
-    alpha = open_unit("alpha", alpha)
-    true_risk = open_unit("true_risk", true_risk)
-    if true_risk <= alpha:
-        raise ValueError(f"true_risk ({true_risk!r}) must exceed alpha ({alpha!r}): the reverse test shows R > alpha.")
-    m = positive_int("m", m)
-    level = open_unit("delta", delta) / max(m - 1, 1)
-    return _reverse_needed(alpha, true_risk, level, open_unit("power", power))
-
-
-def reverse_prompts_needed_approx(alpha: float, true_risk: float, m: int, delta: float = 0.10, power: float = 0.8) -> float:
-    """The normal approximation of :func:`reverse_prompts_needed`, in constant time."""
-    level = open_unit("delta", delta) / max(positive_int("m", m) - 1, 1)
-    return _normal_n(open_unit("alpha", alpha), open_unit("true_risk", true_risk), level, open_unit("power", power))
-
-
-def _normal_n(alpha: float, true_risk: float, level: float, power: float) -> float:
-    z = special.ndtri(1.0 - level) * math.sqrt(alpha * (1 - alpha)) + special.ndtri(power) * math.sqrt(true_risk * (1 - true_risk))
-    return (z / (true_risk - alpha)) ** 2
-
-
-@functools.lru_cache(maxsize=256)
-def _reverse_needed(alpha: float, true_risk: float, level: float, target: float) -> int:
-    hi = max(64, int(2 * _normal_n(alpha, true_risk, level, target)) + 64)
-    while True:
-        n = np.arange(1, hi + 1, dtype=np.int64)
-        failing = np.flatnonzero(_reverse_power(n, alpha, true_risk, level) < target)
-        last_fail = int(n[failing[-1]]) if failing.size else 0
-        if 2 * last_fail < hi:
-            return last_fail + 1
-        hi *= 2
 
 
 def _frozen(a: np.ndarray) -> np.ndarray:
