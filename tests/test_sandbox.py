@@ -14,15 +14,17 @@ import socket
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from pytest_redline.suites import sandbox, seccomp
+from pytest_redline.suites import sandbox
 from pytest_redline.suites.code import HumanEval
 from pytest_redline.suites.records import DATA
+from pytest_redline.suites.sandbox import jail, launcher, seccomp
 from pytest_redline.suites.sandbox import SLOT_UID_BASE, Limits, Program, SandboxUnavailable, run, run_many
 
 pytestmark = pytest.mark.slow  # bubblewrap jails and child processes
@@ -251,7 +253,7 @@ DEEP = "import os\nfor _ in range(600):\n    os.mkdir('d')\n    os.chdir('d')\n"
 def test_no_crash_deep_folders_sandbox(kind):
     # Hole 5: shutil.rmtree raised RecursionError out of run() and left the folder behind. The
     # harness's recursion limit is lowered so that 600 levels are too deep for a recursive walk.
-    before = set(Path(sandbox.tempfile.gettempdir()).glob("redline-sandbox-*"))
+    before = set(Path(tempfile.gettempdir()).glob("redline-sandbox-*"))
     limit = sys.getrecursionlimit()
     sys.setrecursionlimit(300)
     try:
@@ -259,7 +261,7 @@ def test_no_crash_deep_folders_sandbox(kind):
     finally:
         sys.setrecursionlimit(limit)
     assert result.passed, result
-    assert set(Path(sandbox.tempfile.gettempdir()).glob("redline-sandbox-*")) <= before
+    assert set(Path(tempfile.gettempdir()).glob("redline-sandbox-*")) <= before
 
 
 @pytest.mark.parametrize("kind", sandbox.SANDBOXES)
@@ -270,13 +272,13 @@ def test_failed_broken_cleanup_sandbox(kind, monkeypatch):
     assert suite.version  # the sandbox is checked before teardown is broken
     prompts = suite.prompts()
     counted = len(sandbox.cleanup_failures)
-    before = set(Path(sandbox.tempfile.gettempdir()).glob("redline-sandbox-*"))
-    monkeypatch.setattr(sandbox, "_reap", lambda child, what: f"{what} was not reaped (simulated)")
+    before = set(Path(tempfile.gettempdir()).glob("redline-sandbox-*"))
+    monkeypatch.setattr(launcher, "_reap", lambda child, what: f"{what} was not reaped (simulated)")
     assert suite.score_many(prompts, [p.meta["canonical_solution"] for p in prompts], workers=1) == [False, False]
     assert len(sandbox.cleanup_failures) == counted + 2
     monkeypatch.undo()
-    for left in set(Path(sandbox.tempfile.gettempdir()).glob("redline-sandbox-*")) - before:
-        assert sandbox._remove(left) == ""  # kept while a process might still change it
+    for left in set(Path(tempfile.gettempdir()).glob("redline-sandbox-*")) - before:
+        assert launcher._remove(left) == ""  # kept while a process might still change it
     assert suite.score(prompts[0], prompts[0].meta["canonical_solution"])
 
 
@@ -285,10 +287,15 @@ def test_failed_broken_cleanup_sandbox(kind, monkeypatch):
 
 def test_invisible_project_and_data_sandbox():
     # Hole 7: the project tree, with the canonical solutions, was readable. Of the host's home
-    # folders, only the interpreter's prefix may show.
+    # folders, only the interpreter's prefix may show (a venv inside the project shows the
+    # project's folder with the venv alone in it).
+    def holds_prefix(path: str) -> bool:
+        return any(prefix.startswith(path + "/") for prefix in (sys.prefix, sys.base_prefix))
+
     homes = [str(p) for top in ("/root", "/home") if os.access(top, os.R_OK) for p in Path(top).iterdir()]
-    paths = [str(REPO), str(DATA / "HumanEval.jsonl.gz"), str(REPO / "suites" / "sandbox.py"),
-             *[p for p in homes if not sys.prefix.startswith(p + "/") and not sys.base_prefix.startswith(p + "/")]]
+    project = [str(p) for p in REPO.iterdir() if not holds_prefix(str(p)) and str(p) != sys.prefix]
+    paths = [str(DATA / "HumanEval.jsonl.gz"), str(REPO / "suites" / "sandbox" / "api.py"), *project,
+             *([] if holds_prefix(str(REPO)) else [str(REPO)]), *[p for p in homes if not holds_prefix(p)]]
     result = run(Program("import os\n", f"assert [p for p in {paths!r} if os.path.lexists(p)] == []\n"))
     assert result.passed, result
 
@@ -420,8 +427,8 @@ def test_no_root_code_from_cwd_probe_sandbox(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))
     monkeypatch.setenv("PYTHONSTARTUP", str(tmp_path / "platform.py"))
-    sandbox.interpreter_version.cache_clear()
-    monkeypatch.setattr(sandbox, "_jails", {})
+    sandbox.python_version.cache_clear()
+    monkeypatch.setattr(jail, "_jails", {})
     sandbox.version()
     sandbox.version(sandbox="process")
     assert run(GOOD).passed
@@ -432,8 +439,8 @@ def test_no_root_code_from_cwd_probe_sandbox(tmp_path, monkeypatch):
 
 
 def test_refused_without_namespaces_sandbox(tmp_path, monkeypatch):
-    monkeypatch.setattr(sandbox, "SYSTEM_PATH", str(tmp_path))  # no bwrap there
-    monkeypatch.setattr(sandbox, "_jails", {})
+    monkeypatch.setattr(jail, "SYSTEM_PATH", str(tmp_path))  # no bwrap there
+    monkeypatch.setattr(jail, "_jails", {})
     with pytest.raises(SandboxUnavailable, match=r"bubblewrap is not installed.*sandbox: process"):
         run(GOOD)
     suite = HumanEval(count=1, seed=0)
@@ -480,13 +487,13 @@ def test_refused_naming_kernel_feature_sandbox():
     python = runnable_python(uid)
     if python is None:
         pytest.skip(f"no Python that uid {uid} can run")
-    copy = Path(sandbox.tempfile.mkdtemp(prefix="redline-refusal-"))  # readable by uid, wherever the checkout is
+    copy = Path(tempfile.mkdtemp(prefix="redline-refusal-"))  # readable by uid, wherever the checkout is
     copy.chmod(0o755)
-    (copy / "pytest_redline" / "suites").mkdir(parents=True)
+    (copy / "pytest_redline" / "suites" / "sandbox").mkdir(parents=True)
     for name in ("pytest_redline/__init__.py", "pytest_redline/suites/__init__.py"):
         (copy / name).write_text("")
-    for name in ("sandbox.py", "seccomp.py"):
-        (copy / "pytest_redline" / "suites" / name).write_text((REPO / "suites" / name).read_text())
+    for source in (REPO / "suites" / "sandbox").glob("*.py"):
+        (copy / "pytest_redline" / "suites" / "sandbox" / source.name).write_text(source.read_text())
     stage2 = (f"echo 0 > /proc/sys/user/max_user_namespaces && exec setpriv --reuid={uid} --regid={uid} "
               f"--clear-groups {python} -I -c '{_NO_USERNS}' {copy}")
     # sh re-executes once the ids are mapped, so that it runs as the namespace's root, capabilities and all.
@@ -504,7 +511,7 @@ def test_refused_naming_kernel_feature_sandbox():
     finally:
         child.kill()
         child.wait()
-        sandbox._remove(copy)
+        launcher._remove(copy)
     assert "user namespaces (user.max_user_namespaces = 0)" in out, (out, err)
     assert sandbox.OPT_IN in out
 
