@@ -54,7 +54,7 @@ class Program:
             if not isinstance(value, str):
                 raise TypeError(f"Program.{name}: expected str, got {type(value).__name__}")
             try:
-                value.encode("utf-8")
+                value.isascii() or value.encode("utf-8")  # isascii: no copy of a long text
             except UnicodeEncodeError as error:  # e.g. a lone surrogate from a broken decode
                 raise ValueError(f"Program.{name}: not valid Unicode ({error.reason} at {error.start})") from None
 
