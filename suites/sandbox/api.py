@@ -19,10 +19,11 @@ def run(program: Program, python: str | None = None, sandbox: str = "namespaces"
     """Run one program. Never raises for anything the program does; raises SandboxUnavailable
     when the namespace sandbox cannot run here and RuntimeError when no interpreter starts."""
     check_sandbox(sandbox)
+    python = _absolute(python)
     if sandbox == "namespaces":
-        jail = _jail(python or sys.executable)
+        jail = _jail(python or _absolute(sys.executable))
         with _slot() as uid:
-            return _execute(program, jail.launcher(uid), python or sys.executable)
+            return _execute(program, jail.launcher(uid), python or _absolute(sys.executable))
     with _slot() as uid:
         python = python or _process_interpreter(uid)
         if uid is not None:
@@ -41,20 +42,20 @@ def run_many(programs: Sequence[Program], workers: int | None = None, python: st
     if workers < 1:
         raise ValueError(f"workers: expected an int >= 1, got {workers!r}")
     check_sandbox(sandbox)
+    python = _absolute(python)
     if sandbox == "namespaces" and programs:
-        _jail(python or sys.executable)  # refuse before anything runs
+        _jail(python or _absolute(sys.executable))  # refuse before anything runs
     if len(programs) <= 1 or workers == 1:
         return [run(p, python, sandbox) for p in programs]
     with ThreadPoolExecutor(max_workers=workers) as pool:
         return list(pool.map(lambda p: run(p, python, sandbox), programs))
 
 
-
 def interpreter(sandbox: str = "namespaces") -> str:
     """The interpreter programs run under by default (for the record of a run)."""
     check_sandbox(sandbox)
     if sandbox == "namespaces":
-        return sys.executable
+        return _absolute(sys.executable)
     with _slot() as uid:
         return _process_interpreter(uid)
 
@@ -68,7 +69,7 @@ def python_version(path: str) -> str:
 def interpreter_version(python: str | None = None, sandbox: str = "namespaces") -> str:
     """``"PATH VERSION"`` of the interpreter programs run under (``python``, else the sandbox's
     choice), for the record of a run."""
-    path = python or interpreter(sandbox)
+    path = _absolute(python) or interpreter(sandbox)
     return f"{path} {python_version(path)}"
 
 
@@ -78,6 +79,14 @@ def version(python: str | None = None, sandbox: str = "namespaces") -> str:
     part of it, so moving into a venv of the same Python keeps a store warm. Refuses
     (SandboxUnavailable) where the namespace sandbox cannot run."""
     check_sandbox(sandbox)
+    python = _absolute(python)
     if sandbox == "namespaces":
-        _jail(python or sys.executable)
+        _jail(python or _absolute(sys.executable))
     return f"Python {python_version(python or interpreter(sandbox))}; sandbox {sandbox}"
+
+
+def _absolute(python: str | None) -> str | None:
+    """``python`` made absolute and free of ``..`` (bwrap binds and runs that path), never
+    resolved: a venv's python is a link, and resolving it would run the base interpreter without
+    the venv's packages."""
+    return os.path.abspath(python) if python else None

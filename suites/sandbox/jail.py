@@ -4,16 +4,17 @@ the refusal that names what is missing."""
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 import shutil
 import threading
 from pathlib import Path
 
-from pytest_redline.suites.sandbox import seccomp
+from pytest_redline.suites.sandbox import cgroup, seccomp
 from pytest_redline.suites.sandbox.execute import _execute
 from pytest_redline.suites.sandbox.launcher import _Jail
-from pytest_redline.suites.sandbox.program import OPT_IN, Program, SandboxUnavailable
-from pytest_redline.suites.sandbox.slots import _probe, _slot
+from pytest_redline.suites.sandbox.program import OPT_IN, Program, SandboxUnavailable, cleanup_failures
+from pytest_redline.suites.sandbox.slots import _probe, _slot, unheld
 
 SYSTEM_PATH = "/usr/bin:/bin:/usr/sbin:/sbin:/usr/local/bin"  # where bwrap, setpriv and rm are looked up
 _ETC = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/localtime", "/etc/timezone")  # the loader and time
@@ -22,6 +23,9 @@ _TOP = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 
 _jail_lock = threading.Lock()
 _jails: dict[str, _Jail] = {}
+_swept: list[cgroup.Layout] = []  # layouts whose leftover groups this process removed
+
+log = logging.getLogger(__name__)
 
 
 def _jail(python: str) -> _Jail:
@@ -59,6 +63,7 @@ def _build_jail(python: str) -> _Jail:
             fixed += ["--symlink", os.readlink(top), top]
         elif os.path.isdir(top):
             fixed += ["--ro-bind", top, top]
+    fixed += ["--perms", "0755", "--dir", "/etc"]  # readable by the slot uid: passwd, hosts and the loader's files
     fixed += [arg for path in _ETC if os.path.exists(path) for arg in ("--ro-bind", path, path)]
     fixed += ["--dev", "/dev"]
     bound = _prefixes(python)
@@ -68,7 +73,24 @@ def _build_jail(python: str) -> _Jail:
     for folder in _own_folders():  # e.g. a wheel install: the data sets sit in a bound prefix
         if any(folder == path or folder.startswith(path + "/") for path in bound):
             prefixes += ["--size", "4096", "--perms", "0555", "--tmpfs", folder, "--remount-ro", folder]
-    return _Jail(bwrap, setpriv, tuple(fixed), tuple(prefixes + ["--proc", "/proc"]), seccomp.program_filter())
+    groups = _cgroups()
+    return _Jail(bwrap, setpriv, tuple(fixed), tuple(prefixes + ["--proc", "/proc"]),
+                 seccomp.program_filter(memfd=groups is not None), groups)
+
+
+def _cgroups() -> cgroup.Layout | None:
+    """Where programs' cgroups go, with the leftovers of a killed gate removed (once per
+    process); None, with a warning, where none can be made (memfd_create is refused instead)."""
+    found = cgroup.layout()
+    if isinstance(found, str):
+        log.warning("sandbox: no cgroup per program (%s): memfd_create is refused instead, and memory is bounded "
+                    "per process only (docs/sandbox.md, the worst case)", found)
+        return None
+    if found not in _swept:
+        for problem in cgroup.sweep(found, unheld):
+            cleanup_failures.add(problem)
+        _swept.append(found)
+    return found
 
 
 def _prefixes(python: str) -> list[str]:

@@ -15,7 +15,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from pytest_redline.suites.sandbox.cgroup import Cgroup, Layout
 from pytest_redline.suites.sandbox.program import Program
+from pytest_redline.suites.sandbox.slots import slot_name
 
 REAP_SECONDS = 5.0  # how long teardown waits for killed processes before it reports them
 WORKDIR = "/sandbox"  # the program's folder inside the namespaces
@@ -37,6 +39,12 @@ class _Fds:
         self.open.append(fd)
         os.write(fd, content.encode("utf-8") if isinstance(content, str) else content)
         os.lseek(fd, 0, os.SEEK_SET)
+        return fd
+
+    def file(self, path: Path) -> int:
+        """``path`` opened for writing (a cgroup's cgroup.procs, passed to the bootstrap)."""
+        fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+        self.open.append(fd)
         return fd
 
     def close(self, *fds: int) -> None:
@@ -85,12 +93,30 @@ class _Launcher(abc.ABC):
     def stop(self, child: subprocess.Popen) -> str:
         """Kill everything the run started and wait, bounded; '' or what went wrong (never raises)."""
 
+    def prepare(self, program: Program, fds: _Fds) -> tuple[int, ...]:
+        """Before the argv is built: the fds of the groups the bootstrap joins (none here)."""
+        return ()
+
+    def usage(self) -> tuple[float, float] | None:
+        """(CPU seconds of all the run's processes, seconds they waited for a CPU), where metered."""
+        return None
+
     def exit_reason(self, returncode: int) -> str:
         if returncode == 0:
             return "exited before its tests finished"
         if returncode < 0:
             return _killed(_signal_name(-returncode))
         return f"exit status {returncode}"
+
+
+def _etc_files(uid: int | None) -> dict[str, str]:
+    """A user entry for the program's uid and a host name for loopback: getpass.getuser() and
+    socket.getaddrinfo('localhost') work, and no host account or address is shown."""
+    uid = os.getuid() if uid is None else uid  # not root: the user namespace maps the caller's uid
+    return {"/etc/passwd": f"root:x:0:0:root:/root:/bin/sh\nsandbox:x:{uid}:{uid}:sandbox:{WORKDIR}:/bin/sh\n",
+            "/etc/group": f"root:x:0:\nsandbox:x:{uid}:\n",
+            "/etc/hosts": "127.0.0.1 localhost\n::1 localhost ip6-localhost ip6-loopback\n",
+            "/etc/nsswitch.conf": "passwd: files\ngroup: files\nhosts: files\n"}
 
 
 def _popen(argv: list[str], **kwargs) -> subprocess.Popen:
@@ -104,7 +130,8 @@ def _popen(argv: list[str], **kwargs) -> subprocess.Popen:
 def _environment(home: str, tmp: str) -> dict[str, str]:
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": home, "TMPDIR": tmp, "LANG": "C.UTF-8",
            "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONSAFEPATH": "1",
-           "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+           "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
+           "MALLOC_ARENA_MAX": "2"}  # glibc reserves 64 MiB of address space per thread's arena otherwise
     for name in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):  # some CPUs need them for OpenBLAS
         if name in os.environ:
             env[name] = os.environ[name]
@@ -123,6 +150,7 @@ class _Jail:
     system: tuple[str, ...]  # namespaces, the system's read-only folders, /dev
     interpreter: tuple[str, ...]  # the interpreter's read-only prefixes, masked folders, /proc
     seccomp: bytes | None  # suites/sandbox/seccomp.py's filter for this machine (None: not described)
+    cgroups: Layout | None  # where each program's cgroup goes (None: memfd_create is refused instead)
 
     def launcher(self, uid: int | None) -> "_NamespaceLauncher":
         return _NamespaceLauncher(self, uid)
@@ -131,7 +159,22 @@ class _Jail:
 
 class _NamespaceLauncher(_Launcher):
     def __init__(self, jail: _Jail, uid: int | None):
-        self.jail, self.uid, self.init = jail, uid, None
+        self.jail, self.uid, self.init, self.cgroup = jail, uid, None, None
+
+    def prepare(self, program: Program, fds: _Fds) -> tuple[int, ...]:
+        if self.jail.cgroups is None or self.uid is None:
+            return ()
+        limits = program.limits
+        self.cgroup = Cgroup(self.jail.cgroups, slot_name(self.uid), limits.memory_bytes, limits.processes, limits.cpus)
+        return tuple(fds.file(path) for path in self.cgroup.procs())
+
+    def usage(self) -> tuple[float, float] | None:
+        if self.cgroup is None:
+            return None
+        try:
+            return self.cgroup.usage()
+        except (OSError, ValueError, KeyError):
+            return None
 
     def start(self, program: Program, argv: list[str], pass_fds: tuple[int, ...], fds: _Fds) -> subprocess.Popen:
         size = str(program.limits.disk_bytes)
@@ -141,19 +184,22 @@ class _NamespaceLauncher(_Launcher):
             command += ["--size", size, "--perms", "1777", "--tmpfs", folder]
         if self.jail.seccomp is not None:
             command += ["--seccomp", str(fds.memfd("seccomp", self.jail.seccomp))]
+        for path, text in _etc_files(self.uid).items():  # names an honest program looks up
+            command += ["--perms", "0644", "--ro-bind-data", str(fds.memfd(path, text)), path]
         command += [*self.jail.interpreter, "--remount-ro", "/", "--chdir", WORKDIR, "--info-fd", str(info_write), "--"]
         if self.uid is not None:
             command += [self.jail.setpriv, f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups",
                         "--no-new-privs", "--bounding-set=-all", "--inh-caps=-all", "--"]
-        extra = (info_write, *([int(command[command.index("--seccomp") + 1])] if "--seccomp" in command else []))
+        extra = (info_write, *(int(command[at + 1]) for at, arg in enumerate(command) if arg in ("--seccomp", "--ro-bind-data")))
         child = _popen(command + argv, env=_environment(WORKDIR, "/tmp"), pass_fds=(*pass_fds, *extra))
         fds.close(*extra)
         started, self.init = _namespace_init(child, info_read)
         if not started:  # bwrap failed before creating the namespaces: the harness's environment
             child.kill()
             try:
-                said = child.communicate(timeout=REAP_SECONDS)[0].decode("utf-8", errors="replace").strip()
-            except subprocess.TimeoutExpired:
+                child.wait(timeout=REAP_SECONDS)
+                said = child.stdout.read(1 << 16).decode("utf-8", errors="replace").strip()  # bounded
+            except (subprocess.TimeoutExpired, OSError):
                 said = "(no answer)"
             raise RuntimeError(f"sandbox: bwrap did not start the program: {said[-500:]}")
         return child
@@ -175,7 +221,10 @@ class _NamespaceLauncher(_Launcher):
             if self.init is not None:
                 with contextlib.suppress(OSError):
                     os.close(self.init)
-        return _reap(child, "bwrap")
+        problem = _reap(child, "bwrap")
+        if self.cgroup is not None and not problem:  # the groups go once every process is gone
+            problem = self.cgroup.remove()
+        return problem
 
     def exit_reason(self, returncode: int) -> str:
         if 128 < returncode < 128 + 65:  # bwrap reports a program killed by signal N as 128 + N
@@ -194,7 +243,7 @@ def _namespace_init(child: subprocess.Popen, info_fd: int) -> tuple[bool, int | 
         if not ready:
             break
         chunk = os.read(info_fd, 4096)
-        if not chunk:
+        if not chunk or len(data) > 1 << 16:  # bwrap writes one small JSON object
             break
         data += chunk
     try:

@@ -14,21 +14,27 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Limits:
-    """Resource limits for one program. ``wall_seconds`` defaults to 3 x CPU + 5 s.
-    ``disk_bytes`` is the size of each private tmpfs (work folder, /tmp, /dev/shm)."""
+    """Resource limits for one program (docs/sandbox.md). ``wall_seconds`` defaults to 3 x CPU +
+    5 s. With a cgroup (the default where one can be made): ``memory_bytes`` bounds everything the
+    program's processes hold together, ``processes`` its processes and threads together, ``cpus``
+    its CPU share (a quota) and ``cpu_seconds`` its CPU time over all its processes. Every
+    process also has ``memory_bytes`` of address space and ``cpu_seconds`` of CPU (rlimits), and
+    ``processes`` bounds the slot uid's tasks. ``disk_bytes`` is the size of each private tmpfs
+    (work folder, /tmp, /dev/shm); ``output_bytes`` how much of the end of the output is kept."""
 
     cpu_seconds: float = 10.0
     wall_seconds: float | None = None
     memory_bytes: int = 1 << 30
-    processes: int = 16
+    processes: int = 64  # threads count: ThreadPoolExecutor() and Pool() on a 16-core machine fit
     file_bytes: int = 16 << 20
     open_files: int = 64
     output_bytes: int = 1 << 20
     disk_bytes: int = 64 << 20
+    cpus: float = 1.0
 
     def __post_init__(self) -> None:
         for name in ("cpu_seconds", "memory_bytes", "processes", "file_bytes", "open_files", "output_bytes",
-                     "disk_bytes"):
+                     "disk_bytes", "cpus"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
                 raise ValueError(f"Limits.{name}: expected a number > 0, got {value!r}")
@@ -63,7 +69,7 @@ class Program:
 class Result:
     passed: bool
     reason: str  # "passed", "timed out after 5.0 s", "exit status 1", "exited before its tests finished", ...
-    output: str  # stdout and stderr, at most Limits.output_bytes
+    output: str  # the end of stdout and stderr: the last Limits.output_bytes (and how much was dropped before)
     seconds: float
 
 

@@ -26,8 +26,7 @@ def _slot() -> Iterator[int | None]:
     if os.geteuid() != 0:
         yield None
         return
-    directory = Path(tempfile.gettempdir()) / "redline-sandbox-slots"
-    _private_folder(directory)
+    directory = _slot_folder()
     while True:
         for slot in range(SLOTS):
             uid = SLOT_UID_BASE + slot
@@ -45,6 +44,36 @@ def _slot() -> Iterator[int | None]:
                 os.close(fd)
             return
         time.sleep(0.05)
+
+
+def slot_name(uid: int) -> str:
+    """The name of ``uid``'s slot (its lock file and its cgroups)."""
+    return f"slot-{uid - SLOT_UID_BASE}"
+
+
+@contextlib.contextmanager
+def unheld(name: str) -> Iterator[bool]:
+    """Whether no run holds the slot ``name`` (e.g. ``slot-3``); while True, it is held here."""
+    if not name.startswith("slot-") or not name[5:].isdigit():
+        yield False
+        return
+    directory = _slot_folder()
+    fd = os.open(directory / f"{name}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)
+
+
+def _slot_folder() -> Path:
+    directory = Path(tempfile.gettempdir()) / "redline-sandbox-slots"
+    _private_folder(directory)
+    return directory
 
 
 def _private_folder(directory: Path) -> None:
