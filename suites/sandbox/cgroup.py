@@ -105,9 +105,10 @@ def _remove(folder: Path, seconds: float = 5.0) -> str:
     deadline = time.monotonic() + seconds
     while True:
         try:
-            for pid in (folder / "cgroup.procs").read_text().split():
-                with contextlib.suppress(OSError):
-                    os.kill(int(pid), signal.SIGKILL)  # a member is alive: its pid cannot be recycled
+            with contextlib.suppress(FileNotFoundError):
+                for pid in (folder / "cgroup.procs").read_text().split():
+                    with contextlib.suppress(OSError):
+                        os.kill(int(pid), signal.SIGKILL)  # a member is alive: its pid cannot be recycled
             folder.rmdir()
             return ""
         except FileNotFoundError:
