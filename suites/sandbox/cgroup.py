@@ -18,7 +18,6 @@ import contextlib
 import errno
 import functools
 import os
-import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,7 +48,7 @@ class Cgroup:
         for folder in layout.folders(name):
             if folder.exists():  # left by a gate that was killed mid-run: its processes are gone or dying
                 problem = _remove(folder)
-                if problem:
+                if problem:  # live members in a slot this process holds: another gate with another $TMPDIR
                     raise RuntimeError(f"sandbox: a leftover cgroup cannot be removed: {problem}")
             folder.mkdir()
         quota = max(int(cpus * CPU_PERIOD_US), 1000)
@@ -101,14 +100,12 @@ class Cgroup:
 
 
 def _remove(folder: Path, seconds: float = 5.0) -> str:
-    """Kill what is left in ``folder`` (a group) and remove it; '' or why not (never raises)."""
+    """Remove the group ``folder`` once its processes are gone (they are dying: the namespace's
+    init was killed, or bwrap died with its gate); '' or why not (never raises). Nothing is
+    killed here: a group with live members belongs to a run, and is reported, never touched."""
     deadline = time.monotonic() + seconds
     while True:
         try:
-            with contextlib.suppress(FileNotFoundError):
-                for pid in (folder / "cgroup.procs").read_text().split():
-                    with contextlib.suppress(OSError):
-                        os.kill(int(pid), signal.SIGKILL)  # a member is alive: its pid cannot be recycled
             folder.rmdir()
             return ""
         except FileNotFoundError:
@@ -130,7 +127,7 @@ def sweep(layout: Layout, unheld) -> list[str]:
                 if folder.is_dir():
                     with unheld(folder.name) as free:
                         if free:
-                            problems.append(_remove(folder))
+                            problems.append(_remove(folder, seconds=0.5))
     return [problem for problem in problems if problem]
 
 
