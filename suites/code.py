@@ -18,17 +18,23 @@ Formats (plain ``text``; chat ``messages`` for models with a chat template):
 
 How a program is assembled from a completion:
 
-- The code is the first fenced block (```` ```python ````, ```` ``` ````; an unclosed fence runs to
-  the end) that defines the function, else the first block, else the whole text. MBPP text is
-  cut at ``[DONE]`` and ``[BEGIN]`` is dropped first.
-- HumanEval: if the code defines ``def <entry_point>(`` at the top level it is a full function:
-  the program is the prompt, then the code (which replaces the prompt's stub and keeps its
-  imports and helpers). Otherwise it is a body: the program is the prompt followed by the text,
-  cut at the first top-level ``class``, ``def``, ``#``, ``if``, ``print`` or closing fence (the
-  stop sequences of the Codex paper) when it was not fenced. The tests are the data set's
-  ``test`` and ``check(<entry_point>)``.
-- MBPP: the program is the code; the tests are ``test_setup_code`` (``test_imports`` in the
-  sanitized file) and the asserts of ``test_list``.
+- The code is every fenced block, in order (```` ``` ```` or ``~~~`` fences, tagged ``python``,
+  ``py``, ``python3`` or untagged, indented or not, e.g. inside a list; an unclosed fence runs to
+  the end), else the whole text. The scan is one pass over the lines (linear in the length).
+  MBPP text is cut at ``[DONE]`` and ``[BEGIN]`` is dropped first.
+- HumanEval: a top-level ``print(`` or ``if __name__`` line ends the code only when no
+  top-level ``def`` or ``class`` follows it (a helper after a debugging print is kept). If the
+  code defines ``def <entry_point>(`` at the top level it is a full function: the program is the
+  prompt, then the code (which replaces the prompt's stub and keeps its imports and helpers).
+  Otherwise it is a body: the program is the prompt followed by the code; when it was not
+  fenced it also ends at a top-level ``#``, ``if`` or closing fence (the Codex paper's stop
+  sequences, but helpers defined after the body are kept). An engine that honours the Codex stop
+  strings (``\nprint(`` among them) never generates what follows them: its stop wins, and
+  these rules apply to what reached the scorer. The tests are the data set's ``test`` and
+  ``check(<entry_point>)``.
+- MBPP: the program is the block that defines a function (else the first block, else the
+  text); the tests are ``test_setup_code`` (``test_imports`` in the sanitized file) and the
+  asserts of ``test_list``.
 
 Code and tests are compiled separately and run in that order as ``__main__``, so an
 ``if __name__ == "__main__":`` block in a completion runs, and one that exits makes it fail.
@@ -39,7 +45,7 @@ import re
 import warnings
 from typing import Any, Sequence
 
-from pytest_redline.contracts import Prompt, cut_at_stop
+from pytest_redline.contracts import Prompt
 from pytest_redline.suites.base import chat
 from pytest_redline.suites.records import Record, check_int, data_path, read_records, reject_unknown, select
 from pytest_redline.suites.sandbox import Limits, Program, Result, check_sandbox, run_many, version
@@ -49,18 +55,59 @@ HUMANEVAL_INSTRUCTION = "Complete the following Python function. Reply with the 
 MBPP_INSTRUCTION = "Write the Python code for this task. Reply with the code in a ```python code block."
 MBPP_SPLITS = {"test": (11, 510), "prompt": (1, 10), "validation": (511, 600), "train": (601, 974), "all": (1, 10**9)}
 MBPP_EXAMPLES = (2, 3, 4)  # the few-shot tasks of Austin et al. (2021)
-STOP = ("\nclass", "\ndef", "\n#", "\nif", "\nprint", "\n```")
-
-_FENCE = re.compile(r"```[ \t]*([\w+-]*)[^\n]*\n(.*?)(?:\n[ \t]*```|\Z)", re.S)
+STOP = ("\nclass", "\ndef", "\n#", "\nif", "\nprint", "\n```")  # the Codex paper's stop sequences
+_PYTHON_TAGS = ("", "python", "py", "python3")
+# a fence line: its indentation (or a list item's marker), the fence, its tag, the space after the tag and what
+# follows it (one character: nothing of a long line is copied)
+_TOP_LEVEL_DEF = re.compile(r"\n(?:async def|def|class) ")
+_MAIN_STOPS = re.compile(r"\n(?:print\(|if __name__)")  # a program's own run; cut unless a def follows
+_BODY_STOPS = re.compile(r"\n(?:#|if|print|```)")  # the Codex paper's stop sequences but def and class
+_FENCE_LINE = re.compile(r"^([ \t]*(?:(?:[-*+]|\d{1,9}[.)])[ \t]+)?)(`{3,}|~{3,})[ \t]*([^\s`]{0,16})([ \t]*)(\S?).*$",
+                         re.M)
 _SUITE_ARGS = ("path", "seed", "count", "ids", "timeout", "workers", "python", "sandbox")
 
 
 def code_blocks(text: str) -> list[str]:
-    """The contents of the fenced Python (or untagged) code blocks of ``text``, in order."""
-    return [m.group(2) for m in _FENCE.finditer(text) if m.group(1).lower() in ("", "python", "py", "python3")]
+    """The contents of the fenced Python (or untagged) code blocks of ``text``, in order: fences of
+    three or more backticks or tildes, indented or not (the indentation of the opening fence is
+    removed from its lines). A tagged fence line inside a block closes it and opens the next (a
+    model that forgot a closing fence). Linear in the length: one regular-expression scan for
+    fence lines (anchored at line starts, no nested repetition), then slicing."""
+    blocks, fences, at = [], [(m.start(), m.end(3), m.end(), *m.groups()) for m in _FENCE_LINE.finditer(text)], 0
+    while at < len(fences):
+        (_, tag_end, opened, indent, fence, tag, space, more), at = fences[at], at + 1
+        if fence[0] == "`" and text.find("`", tag_end, opened) >= 0:  # inline code such as ```x```, not a fence
+            continue
+        end = len(text)
+        while at < len(fences):
+            start, _, _, _, other, word, _, rest = fences[at]
+            if other[0] == fence[0] and len(other) >= len(fence):
+                end, at = start, at + (0 if word or rest else 1)  # a tagged fence opens the next block
+                break
+            at += 1  # another kind of fence inside the block is part of it
+        body = text[opened + 1:end]
+        body = body[:-1] if body.endswith("\n") else body
+        if indent:
+            width = len(indent)
+            body = "\n".join(row[min(width, len(row) - len(row.lstrip(" \t"))):] for row in body.split("\n"))
+        if tag.lower() in _PYTHON_TAGS and (space or not more):
+            blocks.append(body)
+    return blocks
+
+
+def _top_level_cut(code: str, stops: re.Pattern) -> str:
+    """``code`` before the first top-level line (not the first line) matching ``stops`` that no
+    top-level ``def`` or ``class`` follows (a stop before a helper does not cut it off)."""
+    start = 0
+    for start in (match.end() for match in _TOP_LEVEL_DEF.finditer(code)):
+        pass
+    stop = stops.search(code, start)
+    return code[:stop.start()] if stop else code
 
 
 def _defines(code: str, name: str) -> bool:
+    if "def" not in code or name not in code:  # a fast answer for most texts, long ones included
+        return False
     return re.search(rf"^def\s+{re.escape(name)}\s*\(", code, re.M) is not None
 
 
@@ -75,12 +122,11 @@ def _pick(blocks: list[str], name: str | None) -> str:
 def humaneval_program(prompt: str, entry_point: str, completion: str) -> str:
     """The program (without tests) for a HumanEval completion; see the module docstring."""
     blocks = code_blocks(completion)
-    code = _pick(blocks, entry_point) if blocks else completion
+    code = _top_level_cut("\n".join(blocks) if blocks else completion, _MAIN_STOPS)
     if _defines(code, entry_point):
         return f"{prompt}\n{code}\n"
     if not blocks:
-        cuts = [code.find(stop) for stop in STOP if stop in code]
-        code = code[: min(cuts)] if cuts else code
+        code = _top_level_cut(code, _BODY_STOPS)
     return f"{prompt}{code}\n"
 
 
@@ -157,7 +203,7 @@ class HumanEval(_Executed):
     # Stop strings for engines and the scorer: where a completion's function has ended, and
     # never the start of a fenced chat reply (as "\ndef" or "\n#" would be).
     stop = ("\nif __name__", "\nprint(")
-    rules = "cut at stop strings (2)"  # the revision of the scoring rules: part of the scoring version
+    rules = "every fenced block; a top-level stop before a def does not cut (3)"  # part of the scoring version
 
     def __init__(self, *, path: str | None = None, seed: int | None = None, count: int | None = None,
                  ids: Sequence[str | int] | None = None, timeout: float = 10.0, workers: int | None = None,
@@ -180,7 +226,7 @@ class HumanEval(_Executed):
 
     def program(self, prompt: Prompt, text: str) -> Program:
         meta = prompt.meta
-        return Program(code=humaneval_program(meta["prompt"], meta["entry_point"], cut_at_stop(text, self.stop)[0]),
+        return Program(code=humaneval_program(meta["prompt"], meta["entry_point"], text),
                        tests=f"{meta['test']}\ncheck({meta['entry_point']})\n", limits=self.limits)
 
 
@@ -190,6 +236,7 @@ class MBPP(_Executed):
 
     name = "mbpp"
     stop = ("[DONE]",)  # the end of a solution in the format of Austin et al.; mbpp_program cuts there
+    rules = "``` and ~~~ fences, indented or not (2)"  # the revision of the scoring rules: part of the scoring version
 
     def __init__(self, *, path: str | None = None, split: str = "test", sanitized: bool = False, few_shot: int = 0,
                  seed: int | None = None, count: int | None = None, ids: Sequence[str | int] | None = None,

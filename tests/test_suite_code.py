@@ -78,7 +78,7 @@ def test_keeps_prompt_helpers_full_function_humaneval():
 
 def test_cut_at_stop_sequences_humaneval():
     program = humaneval_program("def f():\n", "f", "    return 1\ndef g():\n    pass\n# done\n")
-    assert program == "def f():\n    return 1\n"
+    assert program == "def f():\n    return 1\ndef g():\n    pass\n"  # a helper after the body stays
 
 
 def test_forms_prompt_humaneval():
@@ -212,15 +212,22 @@ def test_vendored_data_used_code():
     assert (DATA / "HumanEval.jsonl.gz").is_file() and (DATA / "mbpp.jsonl").is_file()
 
 
-def test_version_names_interpreter_and_sandbox_code():
-    """The interpreter (path and version) and the sandbox enter the outcome store's key."""
+def test_version_names_interpreter_and_sandbox_code(tmp_path):
+    """The interpreter's version and the sandbox enter the outcome store's key; the interpreter's
+    path does not, so the same Python reached through another path (a venv's link) keeps a
+    store warm."""
+    import os
     import platform
     import sys
 
     chosen = HumanEval(count=1, seed=0, python=sys.executable).version
-    assert chosen == f"{sys.executable} {platform.python_version()}; sandbox namespaces"
+    assert chosen == f"Python {platform.python_version()}; sandbox namespaces"
+    moved = tmp_path / "venv" / "bin" / "python"
+    moved.parent.mkdir(parents=True)
+    moved.symlink_to(os.path.realpath(sys.executable))
+    assert HumanEval(count=1, seed=0, python=str(moved)).version == chosen
     default = HumanEval(count=1, seed=0).version
-    assert re.fullmatch(r"\S+ \d+\.\d+\.\d+; sandbox namespaces", default)
+    assert re.fullmatch(r"Python \d+\.\d+\.\d+; sandbox namespaces", default)
     assert CodeSuite(count=2, seed=0).version == default  # the union runs every part's programs
     with pytest.warns(UserWarning, match="weaker sandbox"):
         weak = CodeSuite(count=2, seed=0, sandbox="process")

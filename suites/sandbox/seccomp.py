@@ -9,6 +9,8 @@ namespaces leave shared or open, returning ``EPERM``:
 - new namespaces from inside (``unshare``, ``setns``, ``clone`` with ``CLONE_NEWUSER``): a user
   namespace of its own would let a program mount an uncapped tmpfs;
 - ``ptrace``, ``process_vm_readv``/``process_vm_writev``: no tracing, not even of bwrap's init;
+- where no cgroup bounds the program's memory, ``memfd_create`` (its files are not on a capped
+  tmpfs and count towards no rlimit; the harness makes the program's memfds before the filter loads);
 - ``clone3`` returns ``ENOSYS`` (its flags sit behind a pointer the filter cannot read; glibc then
   uses ``clone``), and a syscall through any other ABI (32-bit ``int 0x80``, x32) kills the process.
 
@@ -25,10 +27,10 @@ import struct
 _ARCHES = {
     "x86_64": (0xC000003E, {"ptrace": 101, "keyctl": 250, "add_key": 248, "request_key": 249, "unshare": 272,
                             "setns": 308, "process_vm_readv": 310, "process_vm_writev": 311, "clone": 56,
-                            "clone3": 435}),
+                            "clone3": 435, "memfd_create": 319}),
     "aarch64": (0xC00000B7, {"ptrace": 117, "keyctl": 219, "add_key": 217, "request_key": 218, "unshare": 97,
                              "setns": 268, "process_vm_readv": 270, "process_vm_writev": 271, "clone": 220,
-                             "clone3": 435}),
+                             "clone3": 435, "memfd_create": 279}),
 }
 DENIED = ("ptrace", "keyctl", "add_key", "request_key", "unshare", "setns", "process_vm_readv", "process_vm_writev")
 CLONE_NEWUSER = 0x10000000
@@ -39,8 +41,10 @@ _ALLOW, _ERRNO, _KILL = 0x7FFF0000, 0x00050000, 0x80000000  # SECCOMP_RET_{ALLOW
 _NR, _ARCH, _ARG0 = 0, 4, 16  # offsets in struct seccomp_data (arg0's low 32 bits: little-endian)
 
 
-def program_filter(machine: str | None = None) -> bytes | None:
-    """The filter for ``machine`` (default: this one) as ``struct sock_filter`` bytes, or None."""
+def program_filter(machine: str | None = None, memfd: bool = True) -> bytes | None:
+    """The filter for ``machine`` (default: this one) as ``struct sock_filter`` bytes, or None.
+    ``memfd=False`` also refuses ``memfd_create`` (where no cgroup bounds a program's memory: a
+    memfd's pages count towards no rlimit)."""
     arch = _ARCHES.get(machine or platform.machine())
     if arch is None:
         return None
@@ -54,7 +58,7 @@ def program_filter(machine: str | None = None) -> bytes | None:
         (_JGE, "kill", None, X32_SYSCALL_BIT),
         (_JEQ, "nosys", None, numbers["clone3"]),
         (_JEQ, "clone", None, numbers["clone"]),
-        *[(_JEQ, "deny", None, numbers[name]) for name in DENIED],
+        *[(_JEQ, "deny", None, numbers[name]) for name in DENIED + (() if memfd else ("memfd_create",))],
         (_RET, None, None, _ALLOW),
         ("clone", None, None, 0),
         (_LD_ABS, None, None, _ARG0),

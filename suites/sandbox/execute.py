@@ -1,0 +1,204 @@
+"""One run: the bootstrap that runs before any user code, the pipes and memfds it reads, and
+the verdict (exit status 0 and the token written after the tests)."""
+from __future__ import annotations
+
+import math
+import os
+import secrets
+import selectors
+import subprocess
+import time
+
+from pytest_redline.suites.sandbox.launcher import _Fds, _Launcher
+from pytest_redline.suites.sandbox.program import Limits, Program, Result, cleanup_failures
+
+# Runs inside the child as the unprivileged user, before any user code: set the limits, take the
+# token off its pipe, compile both parts, then run them through references taken here. argv: token
+# fd, result fd, program and tests source fds, the cgroups' cgroup.procs fds (comma-separated, maybe
+# none: writing 0 moves the writer), then the rlimits (soft values); none is secret. The interpreter starts
+# with -S (site's .pth files cost 4x the start-up and would run code from site-packages).
+_BOOTSTRAP = r"""
+import os, resource, site, sys, types
+site.venv(None)  # started with -S: a venv's prefix and packages, as site would set them ...
+sys.path.extend(dict.fromkeys(site.getsitepackages()))  # ... but no .pth file runs
+site.setquit(), site.setcopyright(), site.sethelper()  # exit(), quit(), help() as with site
+
+def sandboxed(argv, exec=exec, compile=compile, open=open, read=os.read, write=os.write, close=os.close,
+              exit=os._exit, setrlimit=resource.setrlimit, streams=(sys.stdout, sys.stderr)):
+    token_fd, result_fd, code_fd, tests_fd = map(int, argv[:4])
+    cpu, memory, processes, file_bytes, open_files = map(int, argv[5:])
+    for fd in map(int, filter(None, argv[4].split(","))):  # the run's cgroups: joined before any user code
+        write(fd, b"0")
+        close(fd)
+    token = read(token_fd, 64)
+    close(token_fd)
+    with open(code_fd, encoding="utf-8") as f:  # the sources come on fds, closed before user code
+        program = compile(f.read(), "program.py", "exec")
+    with open(tests_fd, encoding="utf-8") as f:
+        tests = compile(f.read(), "tests.py", "exec")
+    for which, soft, hard in (
+        (resource.RLIMIT_CPU, cpu, cpu + 1),
+        (resource.RLIMIT_AS, memory, memory),
+        (resource.RLIMIT_NPROC, processes, processes),
+        (resource.RLIMIT_FSIZE, file_bytes, file_bytes),
+        (resource.RLIMIT_NOFILE, open_files, open_files),
+        (resource.RLIMIT_CORE, 0, 0),
+    ):
+        setrlimit(which, (soft, hard))
+    main = types.ModuleType("__main__")
+    sys.modules["__main__"] = main
+    exec(program, main.__dict__)
+    exec(tests, main.__dict__)
+    for stream in streams:
+        try:
+            stream.flush()
+        except BaseException:
+            pass
+    write(result_fd, token)
+    exit(0)
+
+sys.argv, argv = ["program.py"], sys.argv[1:]
+sandboxed(argv)
+"""
+
+
+
+TOKEN_BYTES = 32  # the pass token: 16 random bytes in hex
+STARVED_FACTOR = 5  # a starved program's run lasts at most this many times its wall-clock limit
+TOKEN_COPIES = 4  # a forked child that also ran the tests may write it too; more is a flood, and fails
+
+
+def _execute(program: Program, launcher: _Launcher, python: str) -> Result:
+    limits, start, fds = program.limits, time.monotonic(), _Fds()
+    try:
+        token = secrets.token_hex(TOKEN_BYTES // 2).encode()
+        token_read, token_write = fds.pipe()
+        os.write(token_write, token)  # 32 bytes: fits the pipe; the child reads it before user code
+        fds.close(token_write)
+        result_read, result_write = fds.pipe()
+        code, tests = fds.memfd("program.py", program.code), fds.memfd("tests.py", program.tests)
+        joins = launcher.prepare(program, fds)  # fds of the cgroups the bootstrap joins, if any
+        passed = (token_read, result_write, code, tests)
+        argv = [python, "-S", "-c", _BOOTSTRAP, *map(str, passed), ",".join(map(str, joins)),
+                str(math.ceil(limits.cpu_seconds)), str(limits.memory_bytes), str(limits.processes),
+                str(limits.file_bytes), str(limits.open_files)]
+        child = launcher.start(program, argv, (*passed, *joins), fds)
+        fds.close(result_write, code, tests, *joins)  # the token's read end stays open here: was it taken?
+        try:
+            output, sentinel, stop = _collect(child, result_read, limits, start, launcher)
+        finally:
+            problem = launcher.stop(child)
+        text = output.decode("utf-8", errors="replace")
+        if not stop and _unread(token_read):  # the bootstrap never ran: the harness's environment
+            raise RuntimeError(f"sandbox: {python} did not start the program (exit status {child.returncode}): "
+                               f"{text.strip()[-500:]}")
+        if problem:
+            cleanup_failures.add(problem)
+            return Result(False, f"cleanup failed: {problem}", text, time.monotonic() - start)
+        if stop:
+            return Result(False, stop, text, time.monotonic() - start)
+        if _tokens(sentinel, token) and child.returncode == 0:
+            return Result(True, "passed", text, time.monotonic() - start)
+        return Result(False, launcher.exit_reason(child.returncode), text, time.monotonic() - start)
+    finally:
+        fds.close_all()
+
+
+def _tokens(sentinel: bytes, token: bytes) -> bool:
+    """Whether the result pipe held the token, once or a few times (a process the program forked
+    ran the tests to the end and wrote it too; the token is written only after the tests), and
+    nothing else."""
+    copies = len(sentinel) // len(token)
+    return 1 <= copies <= TOKEN_COPIES and sentinel == token * copies
+
+
+def _unread(fd: int) -> bool:
+    """Whether the pipe ``fd`` still holds data (the child never read its token)."""
+    os.set_blocking(fd, False)
+    try:
+        return bool(os.read(fd, 1))
+    except BlockingIOError:
+        return False
+
+
+def _collect(child: subprocess.Popen, sentinel_fd: int, limits: Limits, start: float,
+             launcher: _Launcher) -> tuple[bytes, bytes, str]:
+    """Read output and sentinel until both close; the third item says why it was stopped early.
+
+    Every read is bounded: of the output only the last ``limits.output_bytes`` are kept (the rest
+    is dropped, never a failure), and of the result pipe at most TOKEN_COPIES tokens (more stops
+    the program). Where the launcher meters the program (a cgroup), its CPU time over all its
+    processes is held to ``limits.cpu_seconds``, and time its processes spent waiting for a CPU
+    does not count towards the wall-clock limit: a neighbour cannot make it time out."""
+    tail, dropped, sentinel, cap = bytearray(), 0, bytearray(), TOKEN_COPIES * TOKEN_BYTES
+    selector = selectors.DefaultSelector()
+    selector.register(child.stdout, selectors.EVENT_READ)
+    selector.register(sentinel_fd, selectors.EVENT_READ)
+
+    def output() -> bytes:
+        kept = bytes(tail[-limits.output_bytes:])
+        skipped = dropped + len(tail) - len(kept)
+        return (f"[{skipped} earlier bytes of output dropped]\n".encode() if skipped else b"") + kept
+
+    timeout, spent = f"timed out after {limits.wall:.1f} s", _Clock(start, limits, launcher)
+    try:
+        while selector.get_map():
+            stop = spent.stop()
+            if stop:
+                return output(), bytes(sentinel), stop
+            for key, _ in selector.select(spent.poll):
+                if key.fd == sentinel_fd:
+                    data = os.read(sentinel_fd, cap + 1 - len(sentinel))
+                    sentinel += data
+                    if len(sentinel) > cap:  # a flood: the program fails now, and nothing more is read
+                        return output(), b"", "wrote more than the token to the result pipe"
+                else:
+                    data = os.read(key.fd, 65536)
+                    tail += data
+                    if len(tail) > 2 * limits.output_bytes:
+                        dropped += len(tail) - limits.output_bytes
+                        del tail[:-limits.output_bytes]
+                if not data:
+                    selector.unregister(key.fileobj)
+            if child.poll() is not None and not selector.select(0):
+                break  # exited; pipes may still be held by stray descendants, killed next
+        child.wait(timeout=max(start + limits.wall - time.monotonic(), 0.1))
+    except subprocess.TimeoutExpired:
+        return output(), bytes(sentinel), timeout
+    finally:
+        selector.close()
+        child.stdout.close()
+    return output(), bytes(sentinel), ""
+
+
+class _Clock:
+    """The run's time limits. Without a meter: wall-clock time. With one (a cgroup): the CPU time
+    of all its processes against ``cpu_seconds``, and as the program's time the largest of: the
+    wall-clock time since it joined its cgroup less the time its least-delayed thread waited for
+    a CPU (a neighbour that starves it, or a loaded machine slowing its start, does not make it
+    time out), its CPU time over its share (a program that keeps its share busy gets no
+    extension) and a fifth of the wall-clock time (no run lasts over 5 x ``wall``, however loaded
+    the machine)."""
+
+    def __init__(self, start: float, limits: Limits, launcher: _Launcher):
+        self.start, self.limits, self.launcher = start, limits, launcher
+        self.poll, self.asked, self.joined, self.waited = 0.5, start, None, 0.0
+
+    def stop(self) -> str:
+        """Why the program must stop now, or ''; sets ``poll``, the wait before asking again."""
+        now, used = time.monotonic(), self.launcher.usage()
+        elapsed = spent = now - self.start
+        if used is not None:
+            cpu, waited = used
+            if cpu > self.limits.cpu_seconds:
+                return f"CPU limit: {cpu:.1f} s over all its processes"
+            if self.joined is None and cpu > 0:
+                self.joined = self.asked  # it joined since the last look: count from then
+            self.waited = max(self.waited, waited)  # threads come and go (the last leaves 0): keep what was seen
+            ran = now - self.joined - self.waited if self.joined is not None else 0.0
+            spent = max(ran, cpu / self.limits.cpus, elapsed / STARVED_FACTOR)
+        self.asked = now
+        if spent >= self.limits.wall:
+            return f"timed out after {self.limits.wall:.1f} s" + (f" ({elapsed:.1f} s on the clock)" if elapsed > spent + 0.5 else "")
+        self.poll = min(self.limits.wall - spent, 0.25 if used is not None else 0.5)
+        return ""
