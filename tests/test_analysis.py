@@ -56,6 +56,7 @@ def test_published_mean_accuracy_below_redline_llada2_math():
         assert result.rule(analysis.mean_accuracy_rule(t)).mean_gain < redline, t
 
 
+@pytest.mark.slow  # eleven vendored grids: 2.2 s of CPU here
 @pytest.mark.parametrize("name", VENDORED)
 def test_within_delta_validity_vendored_grids(name):
     # Reduced split count (the full K = 1000 study is in benchmarks/bench_analysis.py).

@@ -180,6 +180,7 @@ def test_maximal_commit_rule_and_scheduler_laws(embedded, config):
     assert sum(g.forwards for g in gens) == len(trace)
 
 
+@pytest.mark.slow  # the embedded model's real decode: 12.9 s in the inner loop
 def test_committed_tokens_never_change(embedded):
     gens, trace = embedded.decode(REAL, {"accept_threshold": 0.7, "buffer_size": 3}, record=True)
     for prompt, gen in zip(REAL, gens):

@@ -22,6 +22,7 @@ from pytest_redline.suites.arithmetic import ArithmeticSuite
 import reference_decoders
 
 pytest_plugins = ["pytester"]
+pytestmark = pytest.mark.slow  # engine decodes with models: out of the inner loop (pytest -m 'not slow'), which must stay under 60 s
 
 PROMPTS = ArithmeticSuite(n=6, seed=11).prompts()
 SHORT = {"max_new_tokens": 20}

@@ -166,6 +166,7 @@ def test_equivalent_cached_recomputed_dream_shifted_logits(tiny):
     assert engine.describe()["family"] == "dream"
 
 
+@pytest.mark.slow  # loads and decodes two stock models: 1.2 s of CPU here
 @pytest.mark.parametrize("family", ["dream", "llada"])
 def test_equivalent_uncached_references_stock_loaders(tiny, family):
     """Through the stock loaders (LLaDA's renamed weights; Dream's shifted logits, cached by the

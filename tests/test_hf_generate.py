@@ -25,6 +25,7 @@ from pytest_redline.engines.hf_generate import HFGenerateEngine, check_params, p
 torch = pytest.importorskip("torch")  # imported before pytester's in-process runs snapshot sys.modules
 
 pytest_plugins = ["pytester"]
+pytestmark = pytest.mark.slow  # engine decodes with models: out of the inner loop (pytest -m 'not slow'), which must stay under 60 s
 ROOT = Path(__file__).resolve().parent.parent
 AR_TARGET = ROOT / "engines" / "models" / "ar-target"
 AR_DRAFT = ROOT / "engines" / "models" / "ar-draft"

@@ -10,6 +10,8 @@ from pytest_redline.lab.analysis import GridData
 from pytest_redline.lab.commands import add_subcommands
 from pytest_redline.outcomes import OutcomeTable
 
+pytestmark = pytest.mark.slow  # matplotlib renders every figure: 5.5 s of CPU here
+
 image = pytest.importorskip("matplotlib.image")
 
 DATA = Path(__file__).parent / "data" / "redline"

@@ -77,6 +77,7 @@ def without_times(report: dict) -> dict:
     return report
 
 
+@pytest.mark.slow  # gates under both protocols: 1.1-1.4 s of CPU here
 def test_same_reports_short_protocol(project: Project) -> None:
     project.grid()
     project.run(ALPHA, "-p", "recorder")  # fills the store
@@ -143,6 +144,7 @@ def pytest_runtest_logreport(report):
 '''
 
 
+@pytest.mark.slow  # gates under both protocols: 1.1-1.4 s of CPU here
 def test_same_fixture_lifetimes_short_protocol(project: Project) -> None:
     """Grid items between two test modules: the first module's fixture ends before the grid,
     the second's starts after it, and the session fixture lives through (as in the full protocol)."""

@@ -14,6 +14,7 @@ from pytest_redline.engines.quantized import QuantizedEngine
 from pytest_redline.suites.arithmetic import ArithmeticSuite
 
 pytest_plugins = ["pytester"]
+pytestmark = pytest.mark.slow  # engine decodes with models: out of the inner loop (pytest -m 'not slow'), which must stay under 60 s
 
 QUANTIZED = [m for m in MODES if m != "none"]
 

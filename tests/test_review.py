@@ -39,6 +39,7 @@ def test_an_unwritable_review_page_path_is_a_usage_error_before_any_decoding(pyt
     assert re.search(r"--redline-html: cannot write the review page: its folder \S*no/such/folder does not exist", result.stderr.str())
 
 
+@pytest.mark.slow  # a live gate: 1.5 s of CPU here
 def test_a_partial_run_still_writes_the_page_and_marks_it_partial(pytester, run_gate):
     _replay_grid(pytester, "[acc95/semi90, acc85/semi70]")
     result = run_gate("--redline-alpha=0.1", "--redline-grid=published.yaml", "--redline-html=page.html",

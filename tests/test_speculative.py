@@ -24,6 +24,7 @@ from pytest_redline.engines.speculative import SpeculativeEngine, accepted_lengt
 from pytest_redline.suites.arithmetic import ArithmeticSuite
 
 pytest_plugins = ["pytester"]
+pytestmark = pytest.mark.slow  # engine decodes with models: out of the inner loop (pytest -m 'not slow'), which must stay under 60 s
 
 GAMMA = 4
 TYPICAL = {"acceptance": "typical", "posterior_threshold": 0.1, "num_draft_tokens": GAMMA}
