@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 import numpy as np
 
@@ -59,6 +59,7 @@ class Scheduled:
     complete_rows: np.ndarray
     on_reference_correct: np.ndarray
     seen: np.ndarray | None = None  # V counted where known: on the prompts run (a lower bound), or on all (replayed)
+    reverse: Reverse | None = None  # the reverse family ("exceeds budget") on ``seen``
 
 
 def certify_scheduled(
@@ -77,6 +78,7 @@ def certify_scheduled(
     gain: str | None = None,
     correction: str = "holm",
     eligible: np.ndarray | None = None,
+    decided: Mapping[int, bool] | None = None,
 ) -> Scheduled:
     """Certify a scheduled run: ``correct`` counts only where ``ran``.
 
@@ -89,7 +91,9 @@ def certify_scheduled(
     Without it (a live run) every valid config must have run on every prompt, since its
     cost decides the deployment (a ValueError otherwise); the others' accuracy and net
     accuracy are NaN (not measured on all prompts). ``eligible`` is :func:`risk.certify`'s
-    (the configs that may be deployed: ``min_gain``).
+    (the configs that may be deployed: ``min_gain``). ``decided`` (config -> whether it is out)
+    names the valid configs the contenders' cost intervals settled without decoding them on every
+    prompt (:mod:`pytest_redline.costbounds`): those out are not eligible, the others' cost is exact.
     """
     from pytest_redline import risk
 
@@ -115,17 +119,23 @@ def certify_scheduled(
     accuracy = np.where(rows, table.mean(axis=1), np.nan)
     right_run = ran & ref_right if everything is None else np.broadcast_to(ref_right, ran.shape)
     kept = np.count_nonzero(right_run & table, axis=1) / np.maximum(np.count_nonzero(right_run, axis=1), 1)
+    decided = dict(decided or {})
+    if any(decided.values()):
+        eligible = np.ones(m, dtype=bool) if eligible is None else np.array(eligible, dtype=bool)
+        eligible[[i for i, out in decided.items() if out]] = False
     result = risk.certify_counts(
         bound, n, cost, reference, alpha, delta, accuracy=accuracy, names=names,
         lower_is_better=lower_is_better, gain=gain, correction=correction, eligible=eligible,
     )
+    seen = risk.violations(everything, reference) if everything is not None else known
+    reverse = risk.exceeds_budget(seen, n, reference, alpha, delta, correction)  # beside the certificate, from the same counts
     if everything is not None:  # replayed: the risk itself
-        estimate = risk.violations(everything, reference) / n
+        estimate = seen / n
     else:
         right_ran = np.count_nonzero(ran & ref_right, axis=1)
         estimate = np.where(unknown > 0, known / np.maximum(right_ran, 1) * ref_right.sum() / n, bound / n)
-    short = np.flatnonzero(result.valid & ~rows)
-    if short.size:
+    short = [i for i in np.flatnonzero(result.valid & ~rows) if i not in decided]
+    if short:
         i = int(short[0])
         raise ValueError(f"config {label(i)!r} is valid, so its cost decides the deployment, but it ran on "
                          f"{int(ran[i].sum())} of {n} prompts (the schedule decodes valid configs on every prompt)")
@@ -137,7 +147,8 @@ def certify_scheduled(
         risk_estimate=_frozen(estimate),
         complete_rows=_frozen(rows),
         on_reference_correct=_frozen(kept),
-        seen=_frozen(risk.violations(everything, reference) if everything is not None else known),
+        seen=_frozen(seen),
+        reverse=reverse,
     )
 
 
@@ -326,7 +337,8 @@ class Settle:
         return f"n={self.prompts} prompts would {what} with 80% power at risk {self.risk:.4f}"
 
 
-def judge(record: GridRecord, spend: Spend | None = None, mode: str = "full") -> GridVerdict:
+def judge(record: GridRecord, spend: Spend | None = None, mode: str = "full",
+          decided: Mapping[str, Mapping[str, str]] | None = None) -> GridVerdict:
     """Certify a grid's outcomes (nothing is certified from a partial run).
 
     One pass down the layers: what the ledger recorded, the outcome table's slices, then the
@@ -353,8 +365,8 @@ def judge(record: GridRecord, spend: Spend | None = None, mode: str = "full") ->
         if skip_error is not None:
             raise ValueError(skip_error)
         cost = table.cost(cal.grid.cost) if table is not None else seen.cost_on(ran, cal.grid.cost)
-        options["eligible"] = eligible(cal, cost)
         ran_outcomes = None if ran is None else seen.select(ran)
+        options["eligible"] = None if cal.grid.min_gain is None else eligible(cal, cost)
         alpha_min = None if table is None else risk.alpha_min(table.correct, cost, cal.reference, cal.delta_share, **options)
         if ran is None:
             result = risk.certify(table.correct, cost, cal.reference, cal.alpha, cal.delta_share, **options)
@@ -363,10 +375,13 @@ def judge(record: GridRecord, spend: Spend | None = None, mode: str = "full") ->
             scheduled = certify_scheduled(
                 ran_outcomes.correct, ran, stops, cost, cal.configs.index(cal.reference), cal.stop_rule(), cal.alpha,
                 cal.delta_share, everything=None if table is None else table.correct, **options,
+                decided={cal.configs.index(c): bool(d.get("out")) for c, d in (decided or {}).items()},
             )
             result = scheduled.result
-        counts = result.violations if scheduled is None else scheduled.seen  # integer counts, never the scaled estimate
-        reverse = risk.exceeds_budget(counts, cal.n, result.reference_index, cal.alpha, cal.delta_share, cal.correction)
+        if scheduled is None:  # integer counts, never the scaled estimate (certify_scheduled tests its own)
+            reverse = risk.exceeds_budget(result.violations, cal.n, result.reference_index, cal.alpha, cal.delta_share, cal.correction)
+        else:
+            reverse = scheduled.reverse
     except (OutcomeError, ValueError) as e:
         return dataclasses.replace(verdict, table=table, error=f"{cal.label}: cannot certify: {e}")
     return dataclasses.replace(verdict, result=result, alpha_min=alpha_min, table=table, scheduled=scheduled, reverse=reverse)
