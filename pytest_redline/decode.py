@@ -213,7 +213,7 @@ class Decoder:
 
     def _scheduled_run(self, config: str, reference: list[bool]) -> CandidateRun:
         batches = self.schedule.batches(reference)
-        tracker = _Progress(self, config, sum(map(len, batches)), len(batches))
+        tracker = _Progress(self, config, sum(map(len, batches)), len(batches), "reference-correct prompts")
         number = iter(range(1, len(batches) + 1))
 
         def fetch(prompts: tuple[int, ...]) -> dict[int, bool]:
@@ -293,7 +293,7 @@ class Decoder:
                     "engine_args (an endpoint's label or server_revision)"
                 )
 
-    def _get(self, config: str, batches: Sequence[Batch], tracker: "_Progress | None" = None) -> None:
+    def _get(self, config: str, batches: Sequence[Batch], tracker: "_Progress | None" = None, what: str = "prompts") -> None:
         if config in self._config_errors:
             return
         try:
@@ -306,7 +306,7 @@ class Decoder:
         self._warn_shared_keys(config, [k for ks in keys.values() for k in ks])
         own = tracker is None
         if own:
-            tracker = _Progress(self, config, sum(len(b.prompts) for b in batches), len(batches))
+            tracker = _Progress(self, config, sum(len(b.prompts) for b in batches), len(batches), what)
         pending = list(batches)
         while True:
             for b in list(pending):
@@ -415,8 +415,9 @@ class _Progress:
     """Progress lines while a config decodes: one per batch at most every PROGRESS_EVERY_S, and
     a last one if any was shown or the decode took that long. Quick or cached configs stay quiet."""
 
-    def __init__(self, decoder: Decoder, config: str, prompts: int, batches: int) -> None:
+    def __init__(self, decoder: Decoder, config: str, prompts: int, batches: int, what: str = "prompts") -> None:
         self.decoder, self.config, self.prompts, self.batches = decoder, config, prompts, batches
+        self.what = what  # what the denominator counts: a scheduled candidate's are the reference-correct prompts
         self.done = self.decoded = self.prompts_done = self.shown = 0
         self.start = self.last = time.monotonic()
 
@@ -438,7 +439,7 @@ class _Progress:
         self.last = now
         self.shown += 1
         d.progress(
-            f"redline {d.cal.grid.name} {self.config}: {self.prompts_done}/{self.prompts} prompts, "
+            f"redline {d.cal.grid.name} {self.config}: {self.prompts_done}/{self.prompts} {self.what}, "
             f"batch {self.done}/{self.batches} ({self.decoded} decoded), {now - self.start:.1f} s{note}"
         )
 

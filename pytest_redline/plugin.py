@@ -80,6 +80,13 @@ class GateHooks:
             if warning:
                 self.gate.progress(warning)
 
+    def pytest_report_header(self, config: pytest.Config) -> list[str] | None:
+        if self.worker:
+            return None
+        from pytest_redline.report import session_header
+
+        return session_header([cal.label for cal in self.gate.calibrations()], self.gate.only_grids)
+
     def pytest_collect_file(self, file_path, parent):
         if self.gate.is_grid(file_path):
             from pytest_redline.nodes import GridFile

@@ -23,18 +23,31 @@ ANSWER_CHARS = 300
 # --------------------------------------------------------------------------- terminal
 
 
+def session_header(labels: Sequence[str], only_grids: bool) -> list[str]:
+    """pytest's header lines of a gate run: what is collected, and what the progress marks mean."""
+    what = " (only the grids are collected, not testpaths)" if only_grids else ""
+    return [f"redline: gating {', '.join(labels)}{what}",
+            "redline marks: . no regression (or the reference's own item); R regressed: the reference answers "
+            "correctly and this config does not; s skipped by the schedule (the reference is wrong there, or the "
+            "config stopped early); E/F no outcome (nothing is certified)"]
+
+
 def header(v: GridVerdict) -> str:
     cal = v.cal
     delta = f"delta={cal.delta:g}"
     if cal.grids_in_session > 1:
         delta += f" (share {cal.delta_share:.4g}: split over {cal.grids_in_session} grids, Bonferroni)"
-    deploy = {"select": "select the fastest valid config", "all": "every candidate must be valid"}.get(
-        cal.mode, f"gate: {cal.deploy} must be valid"
-    )
+    deploy = {"select": f"select the best-cost valid config: {best_cost(cal.grid.cost, cal.grid.direction)}",
+              "all": "every candidate must be valid"}.get(cal.mode, f"gate: {cal.deploy} must be valid")
     return (
         f"alpha={cal.alpha:g} {delta} {cal.correction}, n={cal.n} prompts, m={cal.m} configs, "
         f"cost {cal.grid.cost} ({cal.grid.direction} is better); mode {cal.mode} ({deploy})"
     )
+
+
+def best_cost(cost: str, direction: str) -> str:
+    """What "best cost" means on this grid's cost (a memory grid is not made "fastest")."""
+    return f"{'highest' if direction == 'higher' else 'lowest'} {cost}"
 
 
 def table_lines(v: GridVerdict) -> list[str]:
@@ -61,7 +74,8 @@ def table_lines(v: GridVerdict) -> list[str]:
     lines = text.table(rows, left=(1, 14))
     lines.append("R reference, * deployed" + (", G gated (deploy: NAME)" if gated else "") + "; run: prompts decoded; "
                  "accuracy, cost, gain, d_acc (accuracy points vs the reference): on all prompts; acc_rc: accuracy on the "
-                 "reference-correct prompts" + (" it ran on" if sched else "") + "; risk_up: Clopper-Pearson upper bound at 1 - delta")
+                 "reference-correct prompts" + (" it ran on" if sched else "") + "; risk: V / n (V as in the V column); "
+                 "risk_up: Clopper-Pearson upper bound at 1 - delta")
     if sched:
         lines.append(_basis_line(v))
     lines.append(_status_line(v))
@@ -81,7 +95,9 @@ def _status_line(v: GridVerdict) -> str:
 
 
 def _basis_line(v: GridVerdict) -> str:
-    line = ">= / <=: the bound on V that decided an early stop (risk, risk_up and p-values follow it)"
+    line = (">= / <=: the bound on V that decided an early stop (risk, risk_up and p-values follow it); in a note, "
+            "'risk on all prompts' is a replay's V on every prompt / n, 'the rate the stop used' is V / prompts run, "
+            "scaled to all n")
     if all(v.comparable(i) for i in range(v.cal.m)):
         return line + "; every config's figures on all prompts"
     return (line + "; -: not decoded on every prompt (stopped early or skipped where the reference is wrong), so "
@@ -94,17 +110,29 @@ def _note(v: GridVerdict, i: int) -> str:
     notes = [f"stopped early: {stop}"] if stop else []
     if not r.valid[i] and i != r.reference_index:
         needed = v.prompts_needed(r.names[i])
-        risk = v.risk_estimate(i)
+        risk = _estimate(v, i)
         if v.needs_over_limit(r.names[i]):
-            notes.append(f"over {PROMPTS_LIMIT} prompts would be needed to certify it at this risk")
+            notes.append(f"over {PROMPTS_LIMIT} prompts would be needed to certify it at {risk}")
         elif needed is None:
-            notes.append(f"no n would certify it: risk {risk:.4f} >= alpha")
+            notes.append(f"no n would certify it: {risk} >= alpha")
         else:
-            notes.append(f"n={needed} prompts would certify it with 80% power at this risk")
+            notes.append(f"n={needed} prompts would certify it with 80% power at {risk}")
     settle = v.to_settle(r.names[i])
     if settle is not None and settle.test != "certify":  # the certify direction is said above
         notes.append(settle.text())
     return "; ".join(notes)
+
+
+def _estimate(v: GridVerdict, i: int) -> str:
+    """The risk a note reasons from, named where it is not the row's risk column (V / n with the
+    V an early stop reached): a replay knows V on all prompts; a live stop used the rate on the
+    prompts it ran, scaled to all n (the legend says so)."""
+    risk, sched = v.risk_estimate(i), v.scheduled
+    if sched is None or sched.bounds[i] == "exact" or risk == v.result.risk[i]:
+        return f"risk {risk:.4f}"
+    if sched.seen is not None and abs(risk * v.cal.n - sched.seen[i]) < 1e-6:  # replayed: V on all prompts
+        return f"risk on all prompts {risk:.4f}"
+    return f"the rate the stop used {risk:.4f}"
 
 
 def schedule_lines(v: GridVerdict) -> list[str]:
@@ -231,7 +259,7 @@ def hint_line(v: GridVerdict) -> str | None:
     if v.cal.mode != "gate" or v.result is None or v.error:
         return None
     best = v.result.deployed_index
-    return "hint: " + _deploy_text(v, best, "the fastest valid config is") + (
+    return "hint: " + _deploy_text(v, best, "the best-cost valid config is") + (
         " (what deploy: fastest would serve)" if best != v.deployed_index else "")
 
 

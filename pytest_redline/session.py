@@ -94,6 +94,7 @@ class Gate:
         gate = cls(options, calibrations, engines, store, session_id, temp_dir, progress_writer(config),
                    collect_only=bool(config.option.collectonly))
         gate.command = ["pytest", *config.invocation_params.args]
+        gate.only_grids = config.args_source != pytest.Config.ArgsSource.ARGS  # no path argument: the grids alone
         return gate
 
     def worker_input(self) -> dict[str, Any]:
@@ -264,6 +265,7 @@ def resolve_grids_and_rewrite_args(config: pytest.Config, options: GateOptions) 
         named = [default]
     paths = _unique(named)
     config.args[:] = [str(p) for p in paths]
+    config.args_source = pytest.Config.ArgsSource.INVOCATION_DIR  # pytest's header would say "testpaths: ..."
     return paths
 
 

@@ -91,7 +91,7 @@ GATE_CONFIGS = "{ref: {forwards: 10}, slow: {forwards: 8}, fast: {forwards: 5, w
 
 
 def test_gate_mode_leads_with_named_config(project: Project) -> None:
-    """deploy: slow, while fast is the fastest valid config: the verdict, the mark and the
+    """deploy: slow, while fast is the best-cost valid config: the verdict, the mark and the
     JSON name slow (certified, deployed); fast is only a hint (best_valid)."""
     project.grid(deploy="slow", configs=GATE_CONFIGS)
     result = project.run(ALPHA, "--redline-report=report.json")
@@ -99,7 +99,7 @@ def test_gate_mode_leads_with_named_config(project: Project) -> None:
     result.stdout.fnmatch_lines([
         "R    ref*", " [*]G  slow*valid*+25.0%*", "     fast*valid*+100.0%*",
         "*G gated (deploy: NAME)*",
-        "hint: the fastest valid config is fast (+100.0% tpf, -1.7 accuracy points) (what deploy: fastest would serve)",
+        "hint: the best-cost valid config is fast (+100.0% tpf, -1.7 accuracy points) (what deploy: fastest would serve)",
         "CERTIFIED (fake-grid, gate): slow is certified; deploy slow (+25.0% tpf, +0.0 accuracy points)",
     ])
     report = project.report()
@@ -271,7 +271,7 @@ def test_progress_lines_show_under_quiet(project: Project, monkeypatch: pytest.M
     result.stdout.fnmatch_lines([
         "redline fake-grid ref: 8/60 prompts, batch 1/8 (1 decoded), * s",
         "redline fake-grid ref: 60/60 prompts, batch 8/8 (8 decoded), * s",
-        "redline fake-grid rash: 16/60 prompts, batch 2/8 (2 decoded), * s, stopped: cannot be certified",
+        "redline fake-grid rash: 16/60 reference-correct prompts, batch 2/8 (2 decoded), * s, stopped: cannot be certified",
     ])
 
 

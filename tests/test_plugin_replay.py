@@ -63,7 +63,7 @@ def test_replay_reproduces_published_llada2_math(project: Project) -> None:
     gated = project.run("--redline-alpha=0.05", "--redline-deploy", "acc85/semi70", "--redline-report=gate.json")
     assert gated.ret == 1
     gated.stdout.fnmatch_lines([
-        "*acc85/semi70*>=*NOT valid*stopped early: cannot be certified; no n would certify it: risk 0.0721 >= alpha*",
+        "*acc85/semi70*>=*NOT valid*stopped early: cannot be certified; no n would certify it: risk on all prompts 0.0721 >= alpha*",
         "NOT CERTIFIED (llada2-math-published, gate): acc85/semi70 is NOT valid at alpha=0.05; deploy acc95/semi90 (the reference)",
         "*REDLINE NOT CERTIFIED: llada2-math-published (exit status 1)*",
     ])
