@@ -169,6 +169,10 @@ class BlockDiffusionEngine(BlockDiffusionSpec):
     def decode(self, prompts: Sequence[Prompt], config: Mapping[str, Any], record: bool = False):
         """Decode ``prompts`` as one batch; returns ``(generations, trace)`` (trace empty unless ``record``)."""
         cfg = self.Config.from_params(config)
+        if getattr(cfg, "schedule", None) == "fast_dllm":
+            from pytest_redline.engines import dual_cache  # here: it imports Request from this module
+
+            return dual_cache.decode(self, prompts, cfg, record)
         requests = [self.new_request(p, cfg) for p in prompts]
         trace: list[dict] = []
         running = list(requests)

@@ -13,7 +13,16 @@ from pytest_redline.contracts import ConfigError
 from pytest_redline.engines import checkpoints, runtime
 from pytest_redline.engines.spec import EngineSpec, check_params, defaults, with_defaults
 
-SCHEDULES = ("diffulex", "eager")
+SCHEDULES = ("diffulex", "eager", "fast_dllm")
+# what each schedule's attention is, and the upstream decoder it equals (the report shows it)
+MODES = {
+    "diffulex": "block-causal cache, blocks from position 0 (Diffulex multi_bd)",
+    "eager": "block-causal cache, blocks from position 0 (single-block threshold decoding)",
+    "fast_dllm": "dual cache, full attention, blocks from the prompt's end (Fast-dLLM generate_with_dual_cache; "
+    "Dream: its block generation with dual_cache)",
+}
+# keys of the multi-block schedules that fast_dllm has no use for: a grid that sets one is refused
+MULTI_BLOCK_ONLY = ("buffer_size", "semi_complete_threshold", "add_block_threshold", "skip_masked_blocks")
 
 @dataclass(frozen=True)
 class DecodeConfig:
@@ -23,7 +32,7 @@ class DecodeConfig:
     semi_complete_threshold: float = 0.90
     add_block_threshold: float = 0.10
     skip_masked_blocks: bool = False
-    schedule: str = "diffulex"  # or "eager": this engine's earlier, cheaper rules (see the docstring)
+    schedule: str = "diffulex"  # or "eager" (earlier, cheaper rules), or "fast_dllm" (dual cache: dual_cache.py)
     max_new_tokens: int = 96
     use_cache: bool = True  # False recomputes the whole prefix every step: the reference for tests
 
@@ -38,7 +47,28 @@ class DecodeConfig:
         )
         if values["schedule"] not in SCHEDULES:
             raise ConfigError("schedule", f"block_diffusion: schedule: expected one of {', '.join(SCHEDULES)}, got {values['schedule']!r}")
+        if values["schedule"] == "fast_dllm":
+            _check_fast_dllm(params, values)
         return cls(**values)
+
+
+def _check_fast_dllm(params: Mapping[str, Any], values: Mapping[str, Any]) -> None:
+    """``schedule: fast_dllm``: every position attends the whole canvas, so the block and the
+    generation length change every token: both must be set (they enter the outcome key) and the
+    length must be whole blocks, as in Fast-dLLM."""
+    for key in ("block_size", "max_new_tokens"):
+        if key not in params:
+            raise ConfigError(key, f"block_diffusion: {key}: expected a value under schedule fast_dllm (the masked "
+                              "suffix spans the whole generation, so it changes every token), got none")
+    for key in MULTI_BLOCK_ONLY:
+        if key in params:
+            raise ConfigError(key, f"block_diffusion: {key}: does not apply to schedule fast_dllm (one block at a time), "
+                              f"got {params[key]!r}")
+    if values["max_new_tokens"] % values["block_size"]:
+        raise ConfigError("max_new_tokens", f"block_diffusion: max_new_tokens: expected a multiple of block_size "
+                          f"{values['block_size']} under schedule fast_dllm (Fast-dLLM decodes whole blocks), got {values['max_new_tokens']}")
+    if not values["use_cache"]:
+        raise ConfigError("use_cache", "block_diffusion: use_cache: schedule fast_dllm is the dual cache; expected true, got false")
 
 
 @dataclass(frozen=True)
@@ -129,16 +159,27 @@ class BlockDiffusionSpec(EngineSpec):
         declared = checkpoints.inspect(path, args["mask_token_id"]).describe()
         return runtime.identity(cls.name, args["device"], args["dtype"], [path], model=path, rules=cls.rules, **declared)
 
+    mode = ""  # FlowBlock's and BlockBatch's (their configs have no schedule)
+
+    @classmethod
+    def decode_mode(cls, params: Mapping[str, Any]) -> str:
+        """Model-free: the attention and cache a config decodes with, and the decoder it equals
+        (the JSON report's ``checkpoints`` entry shows it)."""
+        schedule = getattr(cls.Config.from_params(params), "schedule", None)
+        return f"{schedule}: {MODES[schedule]}" if schedule else cls.mode
+
     @classmethod
     def check_engine_args(cls, engine_args: Mapping[str, Any], params: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
         """The model-free checkpoint check (family, block size, mask token): the gate calls it
         for each config while preparing a grid; a ``checkpoints.CheckpointError`` names the file
-        and the field. Returns what the checkpoint declares and ``block_size_used``, the block
-        size (BlockBatch: sizes) the config ``params`` decodes with; None for the embedded model."""
+        and the field. Returns what the checkpoint declares, ``block_size_used``, the block
+        size (BlockBatch: sizes) the config ``params`` decodes with, and its ``decode_mode``; None
+        for the embedded model."""
         checkpoint = checkpoints.check_engine_args(engine_args)
         if checkpoint is None:
             return None
-        return {**checkpoint.describe(), "block_size_used": cls.block_size_used(params or {}, checkpoint.block_size)}
+        return {**checkpoint.describe(), "block_size_used": cls.block_size_used(params or {}, checkpoint.block_size),
+                "decode_mode": cls.decode_mode(params or {})}
 
     @classmethod
     def with_declared(cls, params: Mapping[str, Any], declared: int | None) -> Mapping[str, Any]:
@@ -161,6 +202,7 @@ class FlowBlockSpec(BlockDiffusionSpec):
     engine = "pytest_redline.engines.flowblock:FlowBlockEngine"
     rules = "2: LLaDA2.1 editing, post-step cap"
     Config = FlowConfig
+    mode = "block-causal cache, blocks from position 0 (FlowBlock wavefront)"
 
 
 class BlockBatchSpec(BlockDiffusionSpec):
@@ -168,3 +210,4 @@ class BlockBatchSpec(BlockDiffusionSpec):
     engine = "pytest_redline.engines.blockbatch:BlockBatchEngine"
     rules = "2: paper merges, best-EOS winner, re-committing refresh"
     Config = BatchConfig
+    mode = "block-causal cache per branch, blocks from position 0 (BlockBatch)"

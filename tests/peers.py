@@ -219,9 +219,9 @@ def _default_rope(config, device=None, seq_len=None, **kwargs):
 
 
 def dream_block_generate(model, monkeypatch, ids: list[int], mask_id: int, eos_id: int, pad_id: int, gen_length: int,
-                         block_length: int, threshold: float):
+                         block_length: int, threshold: float, dual_cache: bool = False):
     """Fast-dLLM's Dream block generation (generation_utils_block, ``confidence_threshold``,
-    greedy) on ``model`` (:func:`dream_peer`), as token ids. Shims for transformers 5.x:
+    greedy, prefix cache or ``dual_cache``) on ``model`` (:func:`dream_peer`), as token ids. Shims for transformers 5.x:
     the block mixin is put in front of the model's class, ``DreamGenerationConfig.validate``
     accepts the new ``user_set_attributes`` argument, and the config is passed whole."""
     import importlib
@@ -237,7 +237,8 @@ def dream_block_generate(model, monkeypatch, ids: list[int], mask_id: int, eos_i
         max_new_tokens=gen_length, steps=gen_length, alg="confidence_threshold", temperature=0.0, mask_token_id=mask_id,
         pad_token_id=pad_id, eos_token_id=eos_id, return_dict_in_generate=False,
     )
-    x = model.diffusion_generate(torch.tensor([ids]), generation_config=config, threshold=threshold, block_length=block_length)
+    x = model.diffusion_generate(torch.tensor([ids]), generation_config=config, threshold=threshold, block_length=block_length,
+                                 dual_cache=dual_cache)
     return x[0, len(ids):].tolist()
 
 
