@@ -132,8 +132,14 @@ def _grid_on(pytester, family: str, folder: Path) -> str:
 
 
 @pytest.mark.slow  # a gate per family, over 5 s
-@pytest.mark.parametrize(("family", "block", "mask"), [("sdar", 4, 151669), ("dream", None, 1), ("llada", None, 1)])
-def test_gate_certifies_unedited_checkpoint(pytester, run_gate, tiny, family, block, mask):
+@pytest.mark.parametrize(("family", "block", "mask", "reference", "mode"), [
+    ("sdar", 4, 151669, "bd/acc90", "diffulex: block-causal"),
+    ("dream", None, 1, "dual/acc90", "fast_dllm: dual cache"),
+    ("llada", None, 1, "dual/acc90", "fast_dllm: dual cache"),
+])
+def test_gate_certifies_unedited_checkpoint(pytester, run_gate, tiny, family, block, mask, reference, mode):
+    """SDAR's grid gates in the block-causal mode, Dream's and LLaDA's in the dual-cache mode
+    (schedule fast_dllm); the report names each config's mode."""
     if family not in tiny:
         peers.need_peers(PUBLISHED + "tokenizer files, which the tiny SDAR folder is built with")
     grid = _grid_on(pytester, family, tiny[family])
@@ -141,14 +147,17 @@ def test_gate_certifies_unedited_checkpoint(pytester, run_gate, tiny, family, bl
                       "--redline-report=report.json")
     assert result.ret == 0, result.stdout.str()[-3000:]
     report = json.loads((pytester.path / "report.json").read_text())
-    declared = report["checkpoints"]["bd/acc90"]
+    declared = report["checkpoints"][reference]
     assert (declared["family"], declared["declared_block_size"], declared["mask_token_id"]) == (family, block, mask)
     assert declared["block_size_used"] == 4  # SDAR: its declared 4 (the grid sets none); Dream, LLaDA: the grid's 4
+    assert declared["decode_mode"].startswith(mode)
+    assert report["checkpoints"]["bd/acc90"]["decode_mode"].startswith("diffulex: block-causal")
     assert report["checkpoints"]["blockbatch/bs4-8"]["block_size_used"] == [4, 8]
+    assert report["checkpoints"]["blockbatch/bs4-8"]["decode_mode"].startswith("block-causal cache per branch")
     configs = {c["name"]: c for c in report["configs"]}
-    assert configs["bd/acc90-again"]["violations"] == 0
-    assert report["outcomes"] == {"reused": 0, "decoded": 4 * 40}  # the duplicate was decoded again
-    assert configs["bd/acc90-again"]["cost"] == configs["bd/acc90"]["cost"]  # decoded again, same forwards
+    assert configs[f"{reference}-again"]["violations"] == 0
+    assert report["outcomes"] == {"reused": 0, "decoded": len(configs) * 40}  # the duplicate was decoded again
+    assert configs[f"{reference}-again"]["cost"] == configs[reference]["cost"]  # decoded again, same forwards
 
 
 def test_equivalent_cached_recomputed_dream_shifted_logits(tiny):

@@ -180,3 +180,111 @@ def test_equivalent_dream_block_generation_first_position_rule(dream, monkeypatc
     assert ours == theirs
     # with our own commit rule: the documented difference
     assert [g.text for g in plain.generate(prompts, config)] != ours
+
+
+# ---------------------------------------------------------------------------------------------
+# schedule fast_dllm: Fast-dLLM's dual cache, as LLaDA's and Dream's users serve them
+
+DUAL = {"schedule": "fast_dllm", "block_size": BLOCK, "accept_threshold": THRESHOLD, "max_new_tokens": GEN}
+
+
+def _batches_of_8(engine, prompts, config):
+    """Our generations in batches of 8 (the grids' batch size), each batch of mixed prompt
+    lengths, so that its rows are left-padded."""
+    out = []
+    for i in range(0, len(prompts), 8):
+        batch = prompts[i : i + 8]
+        assert len({len(encode(engine.tokenizer, p, "test")) for p in batch}) > 1
+        out += engine.generate(batch, config)
+    return out
+
+
+def _forwards_match(generation, nfe: int) -> bool:
+    """Fast-dLLM decodes the whole length; we stop once the answer is resolved up to an EOS."""
+    return generation.forwards == nfe if generation.finish_reason == "length" else generation.forwards <= nfe
+
+
+@pytest.fixture(scope="module")
+def llada_all(llada):
+    """The LLaDA engine and peer, with 32 prompts of every length (blocks count from the prompt's end)."""
+    engine, peer, _ = llada
+    return engine, peer, ArithmeticSuite(n=32, seed=0).prompts()
+
+
+def test_equivalent_llada_dual_cache_batched(llada_all):
+    """``schedule: fast_dllm`` = Fast-dLLM's ``generate_with_dual_cache`` with a threshold, as
+    published (full attention, no shim but the banned ids): the same tokens on 32 prompts of
+    mixed lengths, ours in left-padded batches of 8, Fast-dLLM's one at a time; the same forwards
+    (Fast-dLLM's nfe) up to our EOS stop. A full recompute (Fast-dLLM's uncached ``generate``)
+    differs on some of them: the equality holds the cache's stale suffix, not just the attention."""
+    engine, peer, prompts = llada_all
+    generate = peers.peer_module("llada")
+    ours = _batches_of_8(engine, prompts, DUAL)
+    kwargs = dict(steps=GEN, gen_length=GEN, block_length=BLOCK, temperature=0.0, remasking="low_confidence",
+                  mask_id=engine.mask_id, threshold=THRESHOLD)
+    recomputed = 0
+    for i, (prompt, generation) in enumerate(zip(prompts, ours)):
+        ids = torch.tensor([encode(engine.tokenizer, prompt, "test")])
+        x, nfe = generate.generate_with_dual_cache(peer, ids, **kwargs)
+        assert generation.text == _answer(engine, x[0, ids.shape[1] :].tolist()), prompt.id
+        assert _forwards_match(generation, nfe), (prompt.id, generation.forwards, nfe)
+        if i < 8:
+            recomputed += generation.text != _answer(engine, generate.generate(peer, ids, **kwargs)[0][0, ids.shape[1] :].tolist())
+    assert recomputed > 0
+    assert {g.finish_reason for g in ours} == {"eos", "length"}
+    tokens, forwards = sum(g.tokens for g in ours), sum(g.forwards for g in ours)
+    assert forwards < tokens < 3 * forwards  # the threshold mattered: several commits per forward, and single ones
+
+
+def test_differs_llada_dual_cache_block_causal(llada_all):
+    """The block-causal mode stays, and is another decoder: it differs from the dual cache."""
+    engine, _, prompts = llada_all
+    config = {"block_size": BLOCK, "buffer_size": 1, "accept_threshold": THRESHOLD, "max_new_tokens": GEN}
+    assert [g.text for g in engine.generate(prompts[:8], config)] != [g.text for g in engine.generate(prompts[:8], DUAL)]
+
+
+def _dream_dual(engine, peer, prompts, monkeypatch, threshold):
+    """Fast-dLLM's Dream block generation with ``dual_cache``: answers and model calls per prompt."""
+    calls = []
+    peers.ban_logits(monkeypatch, peer, peers.banned_ids(engine))
+    forward = peer.forward
+
+    def counted(*args, **kwargs):
+        calls[-1] += 1
+        return forward(*args, **kwargs)
+
+    monkeypatch.setattr(peer, "forward", counted)
+    answers = []
+    for prompt in prompts:
+        calls.append(0)
+        ids = encode(engine.tokenizer, prompt, "test")
+        answers.append(_answer(engine, peers.dream_block_generate(
+            peer, monkeypatch, ids, engine.mask_id, min(engine.eos_ids), engine.pad_id, GEN, BLOCK, threshold, dual_cache=True,
+        )))
+    return answers, calls
+
+
+@pytest.mark.parametrize("threshold", [0.9, 0.5])
+def test_equivalent_dream_dual_cache_batched(dream, monkeypatch, threshold):
+    """``schedule: fast_dllm`` on Dream = Fast-dLLM's Dream block generation with ``dual_cache``,
+    as published: shifted logits, and each block's refresh commits the block's first position
+    whatever its confidence. The same tokens on 32 prompts of mixed lengths (ours in left-padded
+    batches of 8), the same model calls up to our EOS stop."""
+    _, peer, _, plain = dream
+    prompts = ArithmeticSuite(n=32, seed=0).prompts()
+    ours = _batches_of_8(plain, prompts, {**DUAL, "accept_threshold": threshold})
+    answers, calls = _dream_dual(plain, peer, prompts, monkeypatch, threshold)
+    assert [g.text for g in ours] == answers
+    assert all(_forwards_match(g, n) for g, n in zip(ours, calls)), [(g.forwards, n) for g, n in zip(ours, calls)]
+
+
+def test_differs_dream_dual_cache_without_first_position_rule(dream, monkeypatch):
+    """The pinned rule difference: with LLaDA's refresh rule (the threshold rule) instead of
+    Dream's first-position rule, our tokens differ from Fast-dLLM's Dream block generation."""
+    from pytest_redline.engines import dual_cache
+
+    _, peer, _, plain = dream
+    prompts = ArithmeticSuite(n=32, seed=0).prompts()[:8]
+    answers, _ = _dream_dual(plain, peer, prompts, monkeypatch, THRESHOLD)
+    monkeypatch.setattr(dual_cache, "FIRST_POSITION", frozenset())
+    assert [g.text for g in plain.generate(prompts, DUAL)] != answers
