@@ -171,9 +171,9 @@ def _commit(engine, reqs, rows, hidden, width: int, cfg, refresh: bool) -> dict[
         start = req.prompt_len + req.block * B
         masked = [p for p in range(start, start + B) if req.tokens[p] == engine.mask_id]
         for p in masked[:1] if first_only else masked:
-            if not refresh and p - shift < start:
-                continue  # Dream's first position: committed by the refresh, never read by a block step
-            column = p - shift + (width - req.limit if refresh else -start)
+            # a block step shifts within the block, as Fast-dLLM's Dream does: the block's first
+            # position reads its own state (unreached under Dream's rule: the refresh commits it)
+            column = p - shift + width - req.limit if refresh else max(p - shift - start, 0)
             where.append((n, p))
             sources.append((n, column))
     result: dict[int, list[tuple[int, int]]] = {row: [] for row in rows}
