@@ -11,9 +11,9 @@ import json
 import pytest
 import yaml
 
+from pytest_redline.contracts import Prompt
 from pytest_redline.engines.diffusion_spec import BlockBatchSpec, BlockDiffusionSpec, DecodeConfig
 from pytest_redline.suites.arithmetic import ArithmeticSuite
-from pytest_redline.suites.base import Prompt
 
 torch = pytest.importorskip("torch")  # imported before pytester's in-process runs snapshot sys.modules
 
