@@ -67,7 +67,7 @@ from transformers import DynamicCache
 
 from pytest_redline.contracts import BlockLifecycle  # noqa: F401  (re-exported: this engine's extension protocol)
 from pytest_redline.contracts import Generation, Prompt, Reads, Step, cut_at_stop
-from pytest_redline.engines import checkpoints, modeling, runtime
+from pytest_redline.engines import checkpoints, dual_cache, modeling, runtime
 from pytest_redline.engines.common import encode, eos_ids, set_threads
 from pytest_redline.engines.diffusion_spec import BlockDiffusionSpec, DecodeConfig
 
@@ -170,8 +170,6 @@ class BlockDiffusionEngine(BlockDiffusionSpec):
         """Decode ``prompts`` as one batch; returns ``(generations, trace)`` (trace empty unless ``record``)."""
         cfg = self.Config.from_params(config)
         if getattr(cfg, "schedule", None) == "fast_dllm":
-            from pytest_redline.engines import dual_cache  # here: it imports Request from this module
-
             return dual_cache.decode(self, prompts, cfg, record)
         requests = [self.new_request(p, cfg) for p in prompts]
         trace: list[dict] = []

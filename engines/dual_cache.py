@@ -34,14 +34,13 @@ counted from the prompt's end; ``extra["flops"]`` as in the other schedules.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Sequence
 
 import torch
 from transformers import DynamicCache
 
 from pytest_redline.contracts import Generation, Prompt
-from pytest_redline.engines.block_diffusion import Request
 from pytest_redline.engines.common import encode
 
 # families whose refresh commits the block's first position only (Dream's block generation)
@@ -49,9 +48,21 @@ FIRST_POSITION = frozenset({"dream"})
 
 
 @dataclass
-class DualRequest(Request):
+class DualRequest:
+    """One prompt's state; the fields the engine's finishing, stop-string and counting helpers
+    read are named as in ``block_diffusion.Request``."""
+
+    prompt: Prompt
+    tokens: list[int]  # the canvas: prompt, then max_new_tokens positions (MASK until committed)
+    prompt_len: int
+    limit: int  # prompt_len + max_new_tokens
     block: int = 0  # the block being decoded, counted from the prompt's end
     refresh: bool = True  # its next forward is the block's refresh
+    forwards: int = 0
+    flops: float = 0.0
+    result: list[int] | None = None  # the output ids once the request has finished
+    finish_reason: str | None = None
+    extra: dict[str, float] = field(default_factory=dict)
 
 
 def decode(engine, prompts: Sequence[Prompt], cfg, record: bool = False):
@@ -102,7 +113,7 @@ def _request(engine, prompt: Prompt, cfg) -> DualRequest:
     ids = encode(engine.tokenizer, prompt, engine.name)
     limit = len(ids) + cfg.max_new_tokens
     tokens = ids + [engine.mask_id] * cfg.max_new_tokens
-    return DualRequest(prompt=prompt, tokens=tokens, prompt_len=len(ids), limit=limit, cached=0, final=0, first=len(ids))
+    return DualRequest(prompt=prompt, tokens=tokens, prompt_len=len(ids), limit=limit)
 
 
 def _decoder(engine):

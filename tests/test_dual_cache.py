@@ -62,6 +62,7 @@ def tiny(tiny_folder):
     return BlockDiffusionEngine(model=tiny_folder, device="cpu", dtype="float64")
 
 
+@pytest.mark.slow  # the tiny engine's first load is over 5 s in a cold session
 def test_equivalent_batched_left_padded_and_alone(tiny):
     prompts = ArithmeticSuite(n=8, seed=3).prompts()
     assert len({len(tiny.tokenizer(p.text).input_ids) for p in prompts}) > 1
@@ -70,6 +71,7 @@ def test_equivalent_batched_left_padded_and_alone(tiny):
     assert [(g.text, g.tokens, g.forwards) for g in batched] == [(g.text, g.tokens, g.forwards) for g in alone]
 
 
+@pytest.mark.slow  # the tiny engine's first load is over 5 s in a cold session
 def test_counts_and_block_life_cycle(tiny, tmp_path):
     """Forwards = the decoder's calls (a batched call counts once per row); each block: one
     refresh, then block steps until it has no MASK (at least one, as in Fast-dLLM)."""
@@ -96,6 +98,7 @@ def test_counts_and_block_life_cycle(tiny, tmp_path):
         assert gen.tokens <= DUAL["max_new_tokens"] and gen.extra["blocks"] == -(-max(gen.tokens, 1) // 4)
 
 
+@pytest.mark.slow  # the tiny engine's first load is over 5 s in a cold session
 def test_stop_string_ends_request(tiny):
     prompt = ArithmeticSuite(n=1, seed=5).prompts()[0]
     full = tiny.generate([prompt], DUAL)[0]

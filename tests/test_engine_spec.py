@@ -133,7 +133,7 @@ def test_unknown_dtype_is_refused_without_a_model():
 BAD_CONFIGS = [
     ("block_diffusion", {"blok_size": 4}, "blok_size", r"^block_diffusion: unknown config key 'blok_size'; known keys: block_size, "),
     ("block_diffusion", {"buffer_size": 0}, "buffer_size", r"^block_diffusion: buffer_size: expected int >= 1, got 0$"),
-    ("block_diffusion", {"schedule": "lazy"}, "schedule", r"^block_diffusion: schedule: expected one of diffulex, eager, got 'lazy'$"),
+    ("block_diffusion", {"schedule": "lazy"}, "schedule", r"^block_diffusion: schedule: expected one of diffulex, eager, fast_dllm, got 'lazy'$"),
     ("flowblock", {"use_cache": 1}, "use_cache", r"^flowblock: use_cache: expected true or false, got 1$"),
     ("blockbatch", {"block_sizes": [4, 4]}, "block_sizes", r"^blockbatch: block_sizes: expected a non-empty list of distinct ints"),
     ("speculative", {"posterior_alpha": 0.2}, "posterior_alpha", r"^speculative: posterior_alpha: applies only to acceptance: typical"),
