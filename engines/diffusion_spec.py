@@ -66,9 +66,11 @@ def _check_fast_dllm(params: Mapping[str, Any], values: Mapping[str, Any]) -> No
                               f"got {params[key]!r}")
     if values["max_new_tokens"] % values["block_size"]:
         raise ConfigError("max_new_tokens", f"block_diffusion: max_new_tokens: expected a multiple of block_size "
-                          f"{values['block_size']} under schedule fast_dllm (Fast-dLLM decodes whole blocks), got {values['max_new_tokens']}")
+                          f"{values['block_size']} under schedule fast_dllm (Fast-dLLM decodes whole blocks), "
+                          f"got {values['max_new_tokens']}")
     if not values["use_cache"]:
-        raise ConfigError("use_cache", "block_diffusion: use_cache: schedule fast_dllm is the dual cache; expected true, got false")
+        raise ConfigError("use_cache", "block_diffusion: use_cache: schedule fast_dllm is the dual cache; "
+                          "expected true, got false")
 
 
 @dataclass(frozen=True)

@@ -68,6 +68,8 @@ class DualRequest:
 def decode(engine, prompts: Sequence[Prompt], cfg, record: bool = False):
     """Decode ``prompts`` as one batch under ``schedule: fast_dllm``; returns ``(generations, trace)``."""
     requests = [_request(engine, p, cfg) for p in prompts]
+    if not requests:
+        return [], []
     width = max(r.prompt_len for r in requests) + cfg.max_new_tokens
     running = list(requests)
     kv: list[tuple[torch.Tensor, torch.Tensor]] = []

@@ -229,7 +229,8 @@ def test_equivalent_llada_dual_cache_batched(llada_all):
         assert generation.text == _answer(engine, x[0, ids.shape[1] :].tolist()), prompt.id
         assert _forwards_match(generation, nfe), (prompt.id, generation.forwards, nfe)
         if i < 8:
-            recomputed += generation.text != _answer(engine, generate.generate(peer, ids, **kwargs)[0][0, ids.shape[1] :].tolist())
+            full, _ = generate.generate(peer, ids, **kwargs)
+            recomputed += generation.text != _answer(engine, full[0, ids.shape[1] :].tolist())
     assert recomputed > 0
     assert {g.finish_reason for g in ours} == {"eos", "length"}
     tokens, forwards = sum(g.tokens for g in ours), sum(g.forwards for g in ours)

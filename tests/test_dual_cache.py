@@ -79,7 +79,8 @@ def test_counts_and_block_life_cycle(tiny, tmp_path):
 
     prompts = ArithmeticSuite(n=6, seed=4).prompts()
     rows = []
-    hook = tiny.model.base_model.register_forward_hook(lambda m, a, k, out: rows.append(k["input_ids"].shape[0]), with_kwargs=True)
+    count = lambda module, args, kwargs, out: rows.append(kwargs["input_ids"].shape[0])  # noqa: E731
+    hook = tiny.model.base_model.register_forward_hook(count, with_kwargs=True)
     try:
         gens = tiny.generate(prompts, DUAL)
     finally:
