@@ -1,0 +1,165 @@
+"""Real lm-eval and Inspect logs for the recorded-run engines' tests, produced in process.
+
+lm-eval: a local ``generate_until`` task on a JSONL file of the arithmetic suite's calibration
+problems (``question``: the suite's prompt text, ``answer``: its integer), run by
+``lm_eval.simple_evaluate`` with lm-eval's own ``hf`` model on the embedded ``ar-target`` folder,
+saved by lm-eval's ``EvaluationTracker`` as ``lm_eval --output_path ... --log_samples`` saves it.
+
+Inspect: a local task on the same problems, run by ``inspect_ai.eval`` with its ``mockllm`` model
+answering each problem with the suite's worked solution cut at a setting's character limit.
+
+Nothing is downloaded (HF_HUB_OFFLINE, HF_DATASETS_OFFLINE). Both packages import slowly (lm-eval
+about 4-24 s), so each is imported once per session, by the fixture that uses it.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest_redline.engines
+from pytest_redline.suites.arithmetic import ArithmeticSuite
+
+AR_TARGET = Path(pytest_redline.engines.__file__).parent / "models" / "ar-target"
+
+N = 24  # documents: at alpha 0.2, delta 0.1 and m = 3, n >= 16 can certify
+LM_EVAL_SETTINGS = {"ref": 128, "fast": 96, "short": 24}  # max_gen_toks; answers run to about 60 characters
+
+
+def offline() -> None:
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ["HF_DATASETS_OFFLINE"] = "1"
+
+
+def problems(n: int = N) -> list[dict]:
+    return [{"question": p.text, "answer": str(p.meta["answer"]), "solution": p.meta["solution"]}
+            for p in ArithmeticSuite(n=n).prompts()]
+
+
+def write_jsonl(path: Path, records: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+def lm_eval_task(data: Path, name: str = "arith", repeats: int = 1, sample: bool = False) -> dict:
+    """The task as a team would write its YAML: the suite's prompt text, lm-eval's regex filter
+    on the answer after '#', exact match."""
+    generation = {"until": ["[EOS]"], "do_sample": sample, "max_gen_toks": 128}
+    if sample:
+        generation["temperature"] = 1.5
+    return {
+        "task": name,
+        "dataset_path": "json",
+        "dataset_kwargs": {"data_files": {"test": str(data)}},
+        "test_split": "test",
+        "output_type": "generate_until",
+        "doc_to_text": "{{question}}",
+        "doc_to_target": "{{answer}}",
+        "generation_kwargs": generation,
+        "repeats": repeats,
+        "filter_list": [{"name": "answer", "filter": [{"function": "regex", "regex_pattern": "#(-?\\d+)"}]
+                         + ([] if repeats > 1 else [{"function": "take_first"}])}],
+        "metric_list": [{"metric": "exact_match", "aggregation": "mean", "higher_is_better": True}],
+    }
+
+
+def run_lm_eval(root: Path) -> dict[str, Path]:
+    """One ``--output_path`` folder per config: ref, fast and short (the settings above), changed
+    (fast's setting on the data with one question changed), repeats (3 sampled repeats, 8 docs)."""
+    offline()
+    import lm_eval
+    import torch
+    from lm_eval.loggers import EvaluationTracker
+    from lm_eval.models.huggingface import HFLM
+    from lm_eval.tasks import TaskManager
+
+    torch.manual_seed(0)
+    records = [{k: r[k] for k in ("question", "answer")} for r in problems()]
+    data = write_jsonl(root / "arith.jsonl", records)
+    changed = [dict(r) for r in records]
+    changed[3]["question"] = changed[3]["question"].replace("=", " =")
+    changed_data = write_jsonl(root / "arith_changed.jsonl", changed)
+    model = HFLM(pretrained=str(AR_TARGET), dtype="float32", device="cpu", batch_size=N)
+    manager = TaskManager(include_defaults=False)
+    runs = {name: (lm_eval_task(data), f"max_gen_toks={tokens}") for name, tokens in LM_EVAL_SETTINGS.items()}
+    runs["changed"] = (lm_eval_task(changed_data), f"max_gen_toks={LM_EVAL_SETTINGS['fast']}")
+    runs["repeats"] = (lm_eval_task(write_jsonl(root / "arith8.jsonl", records[:8]), repeats=3, sample=True), None)
+    folders = {}
+    for name, (task, gen_kwargs) in runs.items():
+        folders[name] = root / name
+        tracker = EvaluationTracker(output_path=str(folders[name]))
+        results = lm_eval.simple_evaluate(model=model, tasks=[task], log_samples=True, evaluation_tracker=tracker,
+                                          gen_kwargs=gen_kwargs, task_manager=manager, random_seed=0,
+                                          numpy_random_seed=0, torch_random_seed=0)
+        samples = results.pop("samples")
+        tracker.save_results_aggregated(results=results, samples=samples)
+        for task_name in results["configs"]:
+            tracker.save_results_samples(task_name=task_name, samples=samples[task_name])
+    return folders
+
+
+def run_inspect(root: Path) -> dict[str, Path]:
+    """One eval log per config: ref, fast (the same answers), short (answers cut at 14
+    characters), changed (one input changed), epochs (3 epochs, answers varying), errored (one
+    sample raised; the eval carries on) and failed (one sample raised; the eval failed). Besides
+    ``match``, constant scorers log each kind of value: bool, one, half, P, N and dict."""
+    offline()
+    from inspect_ai import Task, eval as inspect_eval
+    from inspect_ai.dataset import Sample
+    from inspect_ai.model import ModelOutput, ModelUsage, get_model
+    from inspect_ai.scorer import Score, match, scorer
+    from inspect_ai.solver import generate, solver
+
+    def constant(value, name):
+        @scorer(metrics=[], name=name)
+        def make():
+            async def score(state, target):
+                return Score(value=value)
+            return score
+        return make()
+
+    kinds = [constant(True, "bool"), constant(1, "one"), constant(0.5, "half"), constant("P", "partial"),
+             constant("N", "noanswer"), constant({"a": 1}, "dict")]
+    solutions = {r["question"]: r["solution"] for r in problems()}
+
+    def answers(limit, vary=False):
+        calls = {}
+
+        def output(messages, tools, tool_choice, config):
+            question = messages[-1].text
+            calls[question] = calls.get(question, 0) + 1
+            text = solutions.get(question.replace(" =", "="), "no idea")[:limit]
+            if vary and (calls[question] + len(question)) % 3 == 0:
+                text = text[:-1]  # an epoch that lost the last digit
+            out = ModelOutput.from_content(model="mockllm/model", content=text)
+            out.usage = ModelUsage(input_tokens=len(question), output_tokens=len(text), total_tokens=len(question) + len(text))
+            return out
+        return output
+
+    @solver
+    def crash_on(question):
+        async def solve(state, generate_):
+            if state.input_text == question:
+                raise RuntimeError("the server went away")
+            return state
+        return solve
+
+    records = problems()
+    changed = [dict(r) for r in records]
+    changed[3]["question"] = changed[3]["question"].replace("=", " =")
+    settings = {
+        "ref": (records, 200, {}, None), "fast": (records, 200, {}, None), "short": (records, 14, {}, None),
+        "changed": (changed, 200, {}, None), "epochs": (records, 200, {"epochs": 3}, None),
+        "errored": (records, 200, {"fail_on_error": False}, records[5]["question"]),
+        "failed": (records, 200, {}, records[5]["question"]),
+    }
+    logs = {}
+    for name, (data, limit, options, crash) in settings.items():
+        dataset = [Sample(id=f"a{i}", input=r["question"], target=r["answer"]) for i, r in enumerate(data)]
+        solvers = ([crash_on(crash)] if crash else []) + [generate()]
+        task = Task(dataset=dataset, solver=solvers, scorer=[match(location="end")] + kinds, name="arith")
+        model = get_model("mockllm/model", custom_outputs=answers(limit, vary=name == "epochs"))
+        log, = inspect_eval(task, model=model, log_dir=str(root / name), display="none", log_realtime=False,
+                            score_display=False, **options)
+        logs[name] = root / name
+    return logs
