@@ -99,10 +99,10 @@ def run_lm_eval(root: Path) -> dict[str, Path]:
 
 
 def run_inspect(root: Path) -> dict[str, Path]:
-    """One eval log per config: ref, fast (the same answers), short (answers cut at 14
+    """One eval log per config: ref, fast (the same answers), short (answers cut at 24
     characters), changed (one input changed), epochs (3 epochs, answers varying), errored (one
     sample raised; the eval carries on) and failed (one sample raised; the eval failed). Besides
-    ``match``, constant scorers log each kind of value: bool, one, half, P, N and dict."""
+    ``match``, ref's constant scorers log each kind of value: bool, one, half, P, N and dict."""
     offline()
     from inspect_ai import Task, eval as inspect_eval
     from inspect_ai.dataset import Sample
@@ -129,8 +129,8 @@ def run_inspect(root: Path) -> dict[str, Path]:
             question = messages[-1].text
             calls[question] = calls.get(question, 0) + 1
             text = solutions.get(question.replace(" =", "="), "no idea")[:limit]
-            if vary and (calls[question] + len(question)) % 3 == 0:
-                text = text[:-1]  # an epoch that lost the last digit
+            if vary and calls[question] <= len(question) % 3:
+                text = text[:-1]  # 0, 1 or 2 epochs of 3 lose the last digit
             out = ModelOutput.from_content(model="mockllm/model", content=text)
             out.usage = ModelUsage(input_tokens=len(question), output_tokens=len(text), total_tokens=len(question) + len(text))
             return out
@@ -148,7 +148,7 @@ def run_inspect(root: Path) -> dict[str, Path]:
     changed = [dict(r) for r in records]
     changed[3]["question"] = changed[3]["question"].replace("=", " =")
     settings = {
-        "ref": (records, 200, {}, None), "fast": (records, 200, {}, None), "short": (records, 14, {}, None),
+        "ref": (records, 200, {}, None), "fast": (records, 200, {}, None), "short": (records, 24, {}, None),
         "changed": (changed, 200, {}, None), "epochs": (records, 200, {"epochs": 3}, None),
         "errored": (records, 200, {"fail_on_error": False}, records[5]["question"]),
         "failed": (records, 200, {}, records[5]["question"]),
@@ -157,9 +157,10 @@ def run_inspect(root: Path) -> dict[str, Path]:
     for name, (data, limit, options, crash) in settings.items():
         dataset = [Sample(id=f"a{i}", input=r["question"], target=r["answer"]) for i, r in enumerate(data)]
         solvers = ([crash_on(crash)] if crash else []) + [generate()]
-        task = Task(dataset=dataset, solver=solvers, scorer=[match(location="end")] + kinds, name="arith")
+        scorers = [match(location="end")] + (kinds if name == "ref" else [])
+        task = Task(dataset=dataset, solver=solvers, scorer=scorers, name="arith")
         model = get_model("mockllm/model", custom_outputs=answers(limit, vary=name == "epochs"))
-        log, = inspect_eval(task, model=model, log_dir=str(root / name), display="none", log_realtime=False,
+        inspect_eval(task, model=model, log_dir=str(root / name), display="none", log_realtime=False,
                             score_display=False, **options)
         logs[name] = root / name
     return logs
