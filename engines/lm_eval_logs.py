@@ -30,10 +30,10 @@ import re
 from pathlib import Path
 from typing import Any, Mapping
 
+from pytest_redline.contracts import Prompt
 from pytest_redline.engines.recorded import (
     RecordedRuns, Run, RunError, Unit, check_name, check_reducer, digest, reduce, short,
 )
-from pytest_redline.suites.base import Prompt
 
 TIME = r"\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}(?:\.\d+)?"  # lm-eval's date_id: isoformat with ':' -> '-'
 QUESTION, ANSWER = "question", "answer"  # the document keys a re-scored suite prompt is checked against

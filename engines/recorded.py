@@ -26,8 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from pytest_redline.engines.base import Generation
-from pytest_redline.suites.base import Prompt
+from pytest_redline.contracts import ConfigError, Generation, Prompt
 
 REDUCERS = ("all", "any", "mode")
 DIGEST = "logs_sha256"  # the parameter the gate adds to each config: its run's file hashes (in the outcome key)
@@ -152,16 +151,16 @@ class RecordedRuns:
     def check_config(cls, params: Mapping[str, Any]) -> None:
         """``path`` (a string) and costs: each a number or the name of a per-sample field."""
         if not isinstance(params.get("path"), str) or not params["path"]:
-            raise ValueError(f"{cls.name}: path: expected the path of the config's run, got {params.get('path')!r}")
+            raise ConfigError("path", f"{cls.name}: path: expected the path of the config's run, got {params.get('path')!r}")
         for key, value in params.items():
             if key == DIGEST:
-                raise ValueError(f"{cls.name}: {key}: reserved (the gate records the run's file hashes there)")
+                raise ConfigError(key, f"{cls.name}: {key}: reserved (the gate records the run's file hashes there)")
             if key == "path":
                 continue
             number = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
             if not number and not (isinstance(value, str) and value.strip()):
-                raise ValueError(f"{cls.name}: {key}: expected a cost, a number or the name of a numeric "
-                                 f"per-sample field of the log, got {value!r}")
+                raise ConfigError(key, f"{cls.name}: {key}: expected a cost, a number or the name of a numeric "
+                                       f"per-sample field of the log, got {value!r}")
 
     @classmethod
     def check_runs(cls, engine_args: Mapping[str, Any], configs: Mapping[str, Mapping[str, Any]], *,
