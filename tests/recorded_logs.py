@@ -164,3 +164,41 @@ def run_inspect(root: Path) -> dict[str, Path]:
                             score_display=False, **options)
         logs[name] = root / name
     return logs
+
+
+LM_EVAL_GRID = """\
+name: lm-eval-arith
+engine: lm_eval
+engine_args: {task: arith, metric: exact_match}
+cost: tokens_per_s
+direction: higher
+reference: ref
+configs:
+  ref:   {path: lm-eval/ref, tokens_per_s: 1850}
+  fast:  {path: lm-eval/fast, tokens_per_s: 2710}
+  short: {path: lm-eval/short, tokens_per_s: 4100}
+deploy: fastest
+"""
+
+INSPECT_GRID = """\
+name: inspect-arith
+engine: inspect
+engine_args: {scorer: match}
+cost: output_tokens
+direction: lower
+reference: ref
+configs:
+  ref:   {path: inspect/ref, output_tokens: output_tokens}
+  fast:  {path: inspect/fast, output_tokens: output_tokens}
+  short: {path: inspect/short, output_tokens: output_tokens}
+deploy: fastest
+"""
+
+if __name__ == "__main__":  # python tests/recorded_logs.py OUT: the logs and a grid over each (docs/recorded-runs.md)
+    import sys
+
+    out = Path(sys.argv[1])
+    for name, run, grid in (("lm-eval", run_lm_eval, LM_EVAL_GRID), ("inspect", run_inspect, INSPECT_GRID)):
+        (out / name).mkdir(parents=True, exist_ok=True)
+        run(out / name)
+        (out / f"{name}.yaml").write_text(grid)
