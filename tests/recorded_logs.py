@@ -14,8 +14,10 @@ about 4-24 s), so each is imported once per session, by the fixture that uses it
 from __future__ import annotations
 
 import json
-import os
+import sys
 from pathlib import Path
+
+import pytest
 
 import pytest_redline.engines
 from pytest_redline.suites.arithmetic import ArithmeticSuite
@@ -26,9 +28,14 @@ N = 24  # documents: at alpha 0.2, delta 0.1 and m = 3, n >= 16 can certify
 LM_EVAL_SETTINGS = {"ref": 128, "fast": 96, "short": 24}  # max_gen_toks; answers run to about 60 characters
 
 
-def offline() -> None:
-    os.environ["HF_HUB_OFFLINE"] = "1"
-    os.environ["HF_DATASETS_OFFLINE"] = "1"
+def offline(patch: pytest.MonkeyPatch) -> None:
+    """No download from here on (undone with ``patch``): the variables, and the flags that
+    huggingface_hub and datasets read from them at import, when another test imported them first."""
+    for variable in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
+        patch.setenv(variable, "1")
+    for module, flag in (("huggingface_hub.constants", "HF_HUB_OFFLINE"), ("datasets.config", "HF_DATASETS_OFFLINE")):
+        if module in sys.modules:
+            patch.setattr(sys.modules[module], flag, True)
 
 
 def problems(n: int = N) -> list[dict]:
@@ -63,10 +70,10 @@ def lm_eval_task(data: Path, name: str = "arith", repeats: int = 1, sample: bool
     }
 
 
-def run_lm_eval(root: Path) -> dict[str, Path]:
+def run_lm_eval(root: Path, patch: pytest.MonkeyPatch) -> dict[str, Path]:
     """One ``--output_path`` folder per config: ref, fast and short (the settings above), changed
     (fast's setting on the data with one question changed), repeats (3 sampled repeats, 8 docs)."""
-    offline()
+    offline(patch)
     import lm_eval
     import torch
     from lm_eval.loggers import EvaluationTracker
@@ -98,12 +105,12 @@ def run_lm_eval(root: Path) -> dict[str, Path]:
     return folders
 
 
-def run_inspect(root: Path) -> dict[str, Path]:
+def run_inspect(root: Path, patch: pytest.MonkeyPatch) -> dict[str, Path]:
     """One eval log per config: ref, fast (the same answers), short (answers cut at 24
     characters), changed (one input changed), epochs (3 epochs, answers varying), errored (one
     sample raised; the eval carries on) and failed (one sample raised; the eval failed). Besides
     ``match``, ref's constant scorers log each kind of value: bool, one, half, P, N and dict."""
-    offline()
+    offline(patch)
     from inspect_ai import Task, eval as inspect_eval
     from inspect_ai.dataset import Sample
     from inspect_ai.model import ModelOutput, ModelUsage, get_model
@@ -195,10 +202,9 @@ deploy: fastest
 """
 
 if __name__ == "__main__":  # python tests/recorded_logs.py OUT: the logs and a grid over each (docs/recorded-runs.md)
-    import sys
-
     out = Path(sys.argv[1])
     for name, run, grid in (("lm-eval", run_lm_eval, LM_EVAL_GRID), ("inspect", run_inspect, INSPECT_GRID)):
         (out / name).mkdir(parents=True, exist_ok=True)
-        run(out / name)
+        with pytest.MonkeyPatch.context() as patch:
+            run(out / name, patch)
         (out / f"{name}.yaml").write_text(grid)

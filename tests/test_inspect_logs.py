@@ -37,7 +37,8 @@ deploy: fastest
 def logs(tmp_path_factory) -> dict[str, Path]:
     import inspect_ai.log  # noqa: F401  (the engine's reader, loaded before pytester's in-process runs)
 
-    return recorded_logs.run_inspect(tmp_path_factory.mktemp("inspect"))
+    with pytest.MonkeyPatch.context() as patch:
+        return recorded_logs.run_inspect(tmp_path_factory.mktemp("inspect"), patch)
 
 
 @pytest.fixture

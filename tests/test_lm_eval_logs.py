@@ -51,7 +51,7 @@ def runs(tmp_path_factory) -> dict[str, Path]:
         patch.setattr(collect_env, "get_pretty_env_info", functools.lru_cache(collect_env.get_pretty_env_info))
         torch.set_num_threads(1)
         try:
-            return recorded_logs.run_lm_eval(tmp_path_factory.mktemp("lm-eval"))
+            return recorded_logs.run_lm_eval(tmp_path_factory.mktemp("lm-eval"), patch)
         finally:
             torch.set_num_threads(threads)
 
