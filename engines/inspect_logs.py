@@ -19,6 +19,7 @@ with ``inspect_ai.log.read_eval_log`` (the ``inspect`` extra).
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from pathlib import Path
@@ -49,11 +50,10 @@ class InspectEngine(RecordedRuns):
     def read(cls, path: str, args: Mapping[str, Any], key: str) -> tuple[Run, str]:
         file = _log_file(Path(path), key)
         try:
-            from inspect_ai.log import read_eval_log
+            stat = file.stat()
+            log = _read_log(str(file), stat.st_mtime_ns, stat.st_size)
         except ImportError:
             raise RunError(key, f"{file}: reading Inspect logs needs inspect-ai (pip install pytest-redline[inspect])") from None
-        try:
-            log = read_eval_log(str(file))
         except Exception as e:
             raise RunError(key, f"{file}: cannot read the Inspect log ({type(e).__name__}: {e})") from None
         if log.status != "success":
@@ -76,6 +76,15 @@ class InspectEngine(RecordedRuns):
             text = sample.output.completion if sample.output is not None else ""
             units[sid] = Unit(sid, _text(sample.input), hashes, correct, text, record)
         return Run(str(path), units, digest([file])), str(log.eval.task)
+
+
+@functools.lru_cache(maxsize=8)
+def _read_log(file: str, mtime_ns: int, size: int) -> Any:
+    """The parsed log, once per file version: the grid's check and the engine read the same log
+    (parsing a log of a few hundred samples takes about a second)."""
+    from inspect_ai.log import read_eval_log
+
+    return read_eval_log(file)
 
 
 def _log_file(path: Path, key: str) -> Path:

@@ -29,7 +29,7 @@ from typing import Any, Mapping, Sequence
 from pytest_redline.contracts import ConfigError, Generation, Prompt
 
 REDUCERS = ("all", "any", "mode")
-DIGEST = "logs_sha256"  # the parameter the gate adds to each config: its run's file hashes (in the outcome key)
+DIGEST = "logs_sha256"  # added to each config's parameters by check_runs: its run's file hashes (in the outcome key)
 DERIVED_COSTS = ("tpf", "apf")  # computed from tokens and forwards, which recorded runs do not have
 
 
@@ -164,9 +164,10 @@ class RecordedRuns:
 
     @classmethod
     def check_runs(cls, engine_args: Mapping[str, Any], configs: Mapping[str, Mapping[str, Any]], *,
-                   reference: str, cost: str, prompts: Sequence[Prompt] | None = None) -> tuple[list[Prompt], dict[str, str]]:
+                   reference: str, cost: str, prompts: Sequence[Prompt] | None = None) -> tuple[list[Prompt], dict[str, dict]]:
         """Read and check every config's run together: the prompts (the grid's suite's, checked
-        against the documents, or the reference run's own) and each config's run digest."""
+        against the documents, or the reference run's own) and each config's parameters as the
+        engine will get them, with its run's file hashes as ``logs_sha256`` (in the outcome key)."""
         args = cls.parse_args(engine_args)
         if cost in DERIVED_COSTS:
             raise RunError("cost", f"cost {cost!r} is computed from tokens and forwards, which {cls.name} logs do not "
@@ -184,10 +185,10 @@ class RecordedRuns:
         if prompts is None:
             if args.get("rescore"):
                 raise RunError("suite", f"{cls.name}: rescore: true needs the grid's suite, whose judge scores the texts")
-            own = [Prompt(id=f"{task}/{u.key}", text=u.prompt, meta=dict(u.hashes)) for u in runs[reference].units.values()]
-            return own, {name: run.digest for name, run in runs.items()}
-        _match_suite(cls, prompts, runs[reference], f"{task}/", args)
-        return list(prompts), {name: run.digest for name, run in runs.items()}
+            prompts = [Prompt(id=f"{task}/{u.key}", text=u.prompt, meta=dict(u.hashes)) for u in runs[reference].units.values()]
+        else:
+            _match_suite(cls, prompts, runs[reference], f"{task}/", args)
+        return list(prompts), {name: {**configs[name], DIGEST: run.digest} for name, run in runs.items()}
 
     # ------------------------------------------------------------------ the engine
 

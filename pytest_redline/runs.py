@@ -3,8 +3,8 @@
 An engine class with a model-free ``check_runs(engine_args, configs, reference=, cost=, prompts=)``
 (``lm_eval``, ``inspect``) reads every config's run while the grid is prepared. It returns the
 prompts (the grid's suite's, checked against the runs, or, without a suite, the reference run's
-own) and each run's file digest, which joins the config's parameters as ``logs_sha256`` and so
-the outcome key: a changed log is a new outcome. Its errors (``ValueError``, with the grid key in
+own) and the configs' parameters with what identifies each run (its files' SHA-256, as
+``logs_sha256``), which so enters the outcome key: a changed log is a new outcome. Its errors (``ValueError``, with the grid key in
 ``key``) are usage errors naming the file, the unit and what was expected.
 """
 from __future__ import annotations
@@ -13,8 +13,6 @@ from typing import Any, Mapping
 
 from pytest_redline import registry
 from pytest_redline.grid import Grid
-
-DIGEST = "logs_sha256"
 
 
 def over_runs(grid: Grid) -> bool:
@@ -30,8 +28,8 @@ def over_runs(grid: Grid) -> bool:
 
 def check_runs(grid: Grid, classes: Mapping[str, Any], engine_of: Mapping[str, tuple[str, Mapping[str, Any]]],
                params: Mapping[str, Mapping[str, Any]], prompts: tuple | None):
-    """The prompts and the configs' parameters (with their run digests) of a grid over recorded
-    runs; unchanged for any other grid."""
+    """The prompts and the configs' parameters (with what identifies their runs) of a grid over
+    recorded runs; unchanged for any other grid."""
     if not any(callable(getattr(classes[name], "check_runs", None)) for name in params):
         return prompts, params
     engines = {(engine, repr(sorted(args.items(), key=str))) for engine, args in engine_of.values()}
@@ -40,9 +38,9 @@ def check_runs(grid: Grid, classes: Mapping[str, Any], engine_of: Mapping[str, t
                                     f"recorded runs, got {len(engines)}")
     first = next(iter(params))
     try:
-        found, digests = classes[first].check_runs(
+        found, checked = classes[first].check_runs(
             dict(engine_of[first][1]), {name: dict(values) for name, values in params.items()},
             reference=grid.reference, cost=grid.cost, prompts=list(prompts) if prompts is not None else None)
     except (ValueError, TypeError, OSError) as e:
         raise grid.error(getattr(e, "key", "engine_args"), str(e)) from None
-    return tuple(found), {name: {**values, DIGEST: digests[name]} for name, values in params.items()}
+    return tuple(found), {name: dict(checked[name]) for name in params}

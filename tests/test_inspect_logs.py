@@ -2,6 +2,8 @@
 ``mockllm`` model (tests/recorded_logs.py): the gate over them exits 0, answers cut short have
 regressions, a log whose one input differs exits 4 naming it and the sample, and logs that cannot be
 gated (non-binary scores, errors, a failed run, epochs without a reducer) are refused model-free.
+
+Tests that use the logs are marked slow: the session fixture that writes them takes 10-15 s of CPU.
 """
 from __future__ import annotations
 
@@ -89,8 +91,10 @@ def test_a_log_with_one_changed_input_exits_4(project: Project, logs: dict[str, 
                                  f"reference's ({logs['ref']}: *); expected the same prompts in every config*"])
 
 
+@pytest.mark.slow
 def test_own_prompts_and_outcomes(logs: dict[str, Path]) -> None:
-    prompts, digests = check(logs, ref="ref", short="short")
+    prompts, checked = check(logs, ref="ref", short="short")
+    assert checked["short"]["logs_sha256"] != checked["ref"]["logs_sha256"]
     assert sorted(p.id for p in prompts) == sorted(f"arith/a{i}" for i in range(recorded_logs.N))  # in the log's order
     questions = [r["question"] for r in recorded_logs.problems()]
     assert [p.text for p in prompts] == [questions[int(p.id.removeprefix("arith/a"))] for p in prompts]
@@ -100,6 +104,7 @@ def test_own_prompts_and_outcomes(logs: dict[str, Path]) -> None:
     assert [g.extra["tokens"] for g in out] == [len(g.text) for g in out]  # the mock's usage: one token a character
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scorer, ok", [("bool", True), ("one", True), ("half", False), ("partial", False),
                                         ("noanswer", False), ("dict", False)])
 def test_scores_must_be_binary(logs: dict[str, Path], scorer: str, ok: bool) -> None:
@@ -113,11 +118,13 @@ def test_scores_must_be_binary(logs: dict[str, Path], scorer: str, ok: bool) -> 
         check(logs, {"scorer": scorer})
 
 
+@pytest.mark.slow
 def test_a_missing_score_is_not_a_wrong_answer(logs: dict[str, Path]) -> None:
     with pytest.raises(RunError, match=r"sample a0 \(epoch 1\): no score 'includes'; scores: match"):
         check(logs, {"scorer": "includes"}, fast="fast")
 
 
+@pytest.mark.slow
 def test_errors_and_failed_runs_exit(logs: dict[str, Path]) -> None:
     with pytest.raises(RunError, match=r"sample a5 \(epoch 1\): error .*the server went away.*; expected a sample "
                                        "that ran to its score"):
@@ -126,6 +133,7 @@ def test_errors_and_failed_runs_exit(logs: dict[str, Path]) -> None:
         check(logs, failed="failed")
 
 
+@pytest.mark.slow
 def test_epochs_need_a_declared_reducer(logs: dict[str, Path]) -> None:
     with pytest.raises(RunError, match=r"sample a\d+: 3 epochs; expected engine_args.reducer \(all, any, mode\)"):
         check(logs, epochs="epochs")
@@ -137,6 +145,7 @@ def test_epochs_need_a_declared_reducer(logs: dict[str, Path]) -> None:
         assert [g.correct for g in out] == [rule(right[p.id.split("/")[-1]]) for p in prompts]
 
 
+@pytest.mark.slow
 def test_a_folder_must_hold_one_log(logs: dict[str, Path]) -> None:
     with pytest.raises(RunError, match=rf"{logs['ref'].parent}: \d+ eval logs \(.*\); expected one"):
         InspectEngine.check_runs({"scorer": "match"}, {"ref": {"path": str(logs["ref"].parent), "c": 1}},

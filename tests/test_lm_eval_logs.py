@@ -3,6 +3,8 @@
 The gate over them exits 0, a setting that truncates answers has regressions, and a folder whose
 one prompt differs exits 4 naming the folder and the doc; the model-free checks refuse every run
 that cannot be gated, naming the file, the doc and what was expected.
+
+Tests that use the logs are marked slow: the session fixture that writes them takes 10-15 s of CPU.
 """
 from __future__ import annotations
 
@@ -120,9 +122,11 @@ def test_a_folder_with_one_changed_prompt_exits_4(project: Project, runs: dict[s
                                  f"({runs['ref']}: *); expected the same prompts in every config*"])
 
 
+@pytest.mark.slow
 def test_own_prompts_and_digests(runs: dict[str, Path]) -> None:
     configs = {name: {"path": str(runs[name]), "tokens_per_s": 1.0} for name in ("ref", "fast", "short")}
-    prompts, digests = check(runs, **configs)
+    prompts, checked = check(runs, **configs)
+    digests = {name: values["logs_sha256"] for name, values in checked.items()}
     assert [p.id for p in prompts] == [f"arith/{i}" for i in range(recorded_logs.N)]
     assert [p.text for p in prompts] == [p.text for p in ArithmeticSuite(n=recorded_logs.N).prompts()]
     assert len(set(digests.values())) == 3
@@ -136,6 +140,7 @@ def test_own_prompts_and_digests(runs: dict[str, Path]) -> None:
         engine.generate(prompts[:1], {**configs["short"], "logs_sha256": digests["ref"]})
 
 
+@pytest.mark.slow
 def test_several_runs_in_one_folder_need_run(runs: dict[str, Path], tmp_path: Path) -> None:
     folder = copy_run(runs, "ref", tmp_path / "ref")
     first, = folder.rglob("samples_arith_*.jsonl")
@@ -156,11 +161,13 @@ def test_several_runs_in_one_folder_need_run(runs: dict[str, Path], tmp_path: Pa
     ({"metric": "f1"}, r"no metric 'f1' \(filter 'answer'\); metrics: exact_match"),
     ({"filter": "strict"}, r"no docs of filter 'strict'; filters: answer"),
 ])
+@pytest.mark.slow
 def test_missing_task_metric_or_filter(runs: dict[str, Path], args: dict, message: str) -> None:
     with pytest.raises(RunError, match=message):
         check(runs, args)
 
 
+@pytest.mark.slow
 def test_values_must_be_binary(runs: dict[str, Path], tmp_path: Path) -> None:
     folder = copy_run(runs, "ref", tmp_path / "ref", edit=lambda rs: rs[7].update(exact_match=0.5))
     with pytest.raises(RunError, match=rf"{folder}/.*samples_arith_.*: doc 7: exact_match: expected 0 or 1 "
@@ -168,6 +175,7 @@ def test_values_must_be_binary(runs: dict[str, Path], tmp_path: Path) -> None:
         check(runs, ref={"path": str(folder), "tokens_per_s": 1.0})
 
 
+@pytest.mark.slow
 def test_unpaired_docs_exit(runs: dict[str, Path], tmp_path: Path) -> None:
     folder = copy_run(runs, "fast", tmp_path / "fast", edit=lambda rs: rs.pop(5))
     configs = {"ref": {"path": str(runs["ref"]), "tokens_per_s": 1.0}, "fast": {"path": str(folder), "tokens_per_s": 2.0}}
@@ -176,12 +184,14 @@ def test_unpaired_docs_exit(runs: dict[str, Path], tmp_path: Path) -> None:
     assert e.value.key == "configs.fast.path"
 
 
+@pytest.mark.slow
 def test_a_config_without_its_cost(runs: dict[str, Path]) -> None:
     with pytest.raises(RunError, match="expected a parameter 'tokens_per_s' .the grid's cost.") as e:
         check(runs, ref={"path": str(runs["ref"]), "latency": 3.0})
     assert e.value.key == "configs.ref"
 
 
+@pytest.mark.slow
 def test_repeats_need_a_declared_reducer(runs: dict[str, Path]) -> None:
     configs = {"rep": {"path": str(runs["repeats"]), "tokens_per_s": 1.0}}
     with pytest.raises(RunError, match=r"samples_arith_.*: doc 0: 3 repeats; expected engine_args.reducer \(all, any, mode\)"):
@@ -195,6 +205,7 @@ def test_repeats_need_a_declared_reducer(runs: dict[str, Path]) -> None:
         assert [g.correct for g in out] == [rule(k) for k in right]
 
 
+@pytest.mark.slow
 def test_rescore_checks_the_suite_against_the_docs(runs: dict[str, Path]) -> None:
     configs = {"ref": {"path": str(runs["ref"]), "tokens_per_s": 1.0}}
     kwargs = {"reference": "ref", "cost": "tokens_per_s"}
