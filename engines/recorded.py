@@ -116,15 +116,15 @@ def unit_key(prompt_id: str, prefix: str) -> str:
 
 
 class RecordedRuns:
-    """The engine over one kind of log; subclasses define :meth:`parse_args`, :meth:`read` and
-    :meth:`task_of` (the prefix of their own prompt ids)."""
+    """The engine over one kind of log; subclasses define :meth:`parse_args` and :meth:`read`,
+    and :meth:`match` when a suite's prompts can be checked against their documents."""
 
     name = ""
     what = "prompts"  # how the log names its units, for messages ("docs", "samples")
 
     def __init__(self, **engine_args: Any) -> None:
         self.args = self.parse_args(engine_args)
-        self._runs: dict[str, Run] = {}
+        self._runs: dict[str, tuple[Run, str]] = {}
 
     # ------------------------------------------------------------------ subclass interface
 
@@ -154,7 +154,7 @@ class RecordedRuns:
             raise ConfigError("path", f"{cls.name}: path: expected the path of the config's run, got {params.get('path')!r}")
         for key, value in params.items():
             if key == DIGEST:
-                raise ConfigError(key, f"{cls.name}: {key}: reserved (the gate records the run's file hashes there)")
+                raise ConfigError(key, f"{cls.name}: {key}: reserved (the grid's check records the run's file hashes there)")
             if key == "path":
                 continue
             number = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
@@ -179,7 +179,7 @@ class RecordedRuns:
                                                   "name of a numeric per-sample field of the log")
             runs[name], task = cls.read(str(params["path"]), args, f"configs.{name}.path")
         for name, run in runs.items():
-            _check_costs(run, configs[name], f"configs.{name}")
+            _check_costs(run, configs[name], f"configs.{name}", cls.what)
             if name != reference:
                 _pair(runs[reference], run, f"configs.{name}.path", cls.what)
         if prompts is None:
@@ -218,7 +218,7 @@ class RecordedRuns:
         return run, task
 
 
-def _check_costs(run: Run, params: Mapping[str, Any], key: str) -> None:
+def _check_costs(run: Run, params: Mapping[str, Any], key: str, what: str) -> None:
     """A per-sample cost field must be a finite number on every unit."""
     for name, value in params.items():
         if name == "path" or not isinstance(value, str):
@@ -226,7 +226,7 @@ def _check_costs(run: Run, params: Mapping[str, Any], key: str) -> None:
         for unit in run.units.values():
             x = unit.record.get(value)
             if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
-                raise RunError(f"{key}.{name}", f"{run.source}: {unit.key}: cost {name!r}: expected a finite number in "
+                raise RunError(f"{key}.{name}", f"{run.source}: {what[:-1]} {unit.key}: cost {name!r}: expected a finite number in "
                                                 f"the per-sample field {value!r}, got {x!r}")
 
 

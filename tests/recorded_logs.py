@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -167,8 +168,10 @@ def run_inspect(root: Path, patch: pytest.MonkeyPatch) -> dict[str, Path]:
         scorers = [match(location="end")] + (kinds if name == "ref" else [])
         task = Task(dataset=dataset, solver=solvers, scorer=scorers, name="arith")
         model = get_model("mockllm/model", custom_outputs=answers(limit, vary=name == "epochs"))
-        inspect_eval(task, model=model, log_dir=str(root / name), display="none", log_realtime=False,
-                            score_display=False, **options)
+        with warnings.catch_warnings():  # inspect-ai 0.3.285 passes tenacity an argument it deprecated
+            warnings.filterwarnings("ignore", "The 'initial' parameter is deprecated", DeprecationWarning)
+            inspect_eval(task, model=model, log_dir=str(root / name), display="none", log_realtime=False,
+                         score_display=False, **options)
         logs[name] = root / name
     return logs
 

@@ -150,3 +150,12 @@ def test_a_folder_must_hold_one_log(logs: dict[str, Path]) -> None:
     with pytest.raises(RunError, match=rf"{logs['ref'].parent}: \d+ eval logs \(.*\); expected one"):
         InspectEngine.check_runs({"scorer": "match"}, {"ref": {"path": str(logs["ref"].parent), "c": 1}},
                                  reference="ref", cost="c")
+
+
+@pytest.mark.slow
+def test_a_per_sample_cost_must_be_a_number(logs: dict[str, Path]) -> None:
+    with pytest.raises(RunError, match=r"sample a\d+: cost 'tokens': expected a finite number in the per-sample field "
+                                       r"'latency', got None") as e:
+        InspectEngine.check_runs({"scorer": "match"}, {"ref": {"path": str(logs["ref"]), "tokens": "latency"}},
+                                 reference="ref", cost="tokens")
+    assert e.value.key == "configs.ref.tokens"
