@@ -105,6 +105,19 @@ def test_gate_over_lm_eval_runs(project: Project, runs: dict[str, Path]) -> None
     assert by_name["ref"]["accuracy"] == sum(s["exact_match"] for s in samples(runs["ref"])) / recorded_logs.N
     assert len(by_name["fast"]["params"]["logs_sha256"]) == 64  # the run's file hashes, in the outcome key
 
+    # the key: the same logs are served from the store; a changed log is read again
+    again = project.run("--redline-alpha=0.2", "--redline-full")
+    again.stdout.fnmatch_lines([f"outcomes: {3 * recorded_logs.N} reused from the store, 0 decoded"])
+    doc = next(s["doc_id"] for s in samples(runs["short"]) if s["exact_match"] == 0)
+    fixed = copy_run(runs, "short", project.path / "fixed",
+                     edit=lambda rs: [r.update(exact_match=1.0) for r in rs if r["doc_id"] == doc])
+    project.grid(GRID.format(extra="", suite="", **{**runs, "short": fixed}))
+    edited = project.run("--redline-alpha=0.2", "--redline-full", "--redline-report=edited.json")
+    edited.stdout.fnmatch_lines([f"outcomes: {2 * recorded_logs.N} reused from the store, {recorded_logs.N} decoded"])
+    edited_short = next(c for c in project.report("edited.json")["configs"] if c["name"] == "short")
+    ref_right = next(s["exact_match"] == 1 for s in samples(runs["ref"]) if s["doc_id"] == doc)
+    assert edited_short["violations"] == short - ref_right
+
     # rescore: the arithmetic suite's judge on lm-eval's raw responses; it agrees with the regex filter here
     project.grid(GRID.format(extra=", rescore: true", suite=f"suite: arithmetic\nsuite_args: {{n: {recorded_logs.N}}}\n", **runs))
     result = project.run("--redline-alpha=0.2", "--redline-full", "--redline-report=rescored.json")
