@@ -21,9 +21,12 @@ from pathlib import Path
 import pytest
 
 import pytest_redline.engines
+import pytest_redline.suites
 from pytest_redline.suites.arithmetic import ArithmeticSuite
 
 AR_TARGET = Path(pytest_redline.engines.__file__).parent / "models" / "ar-target"
+GSM8K_DATA = Path(pytest_redline.suites.__file__).parent / "data" / "gsm8k_test.jsonl"  # the gsm8k suite's own file
+GSM8K_DOCS = 8
 
 N = 24  # documents: at alpha 0.2, delta 0.1 and m = 3, n >= 16 can certify
 LM_EVAL_SETTINGS = {"ref": 128, "fast": 96, "short": 24}  # max_gen_toks; answers run to about 60 characters
@@ -73,7 +76,8 @@ def lm_eval_task(data: Path, name: str = "arith", repeats: int = 1, sample: bool
 
 def run_lm_eval(root: Path, patch: pytest.MonkeyPatch) -> dict[str, Path]:
     """One ``--output_path`` folder per config: ref, fast and short (the settings above), changed
-    (fast's setting on the data with one question changed), repeats (3 sampled repeats, 8 docs)."""
+    (fast's setting on the data with one question changed), repeats (3 sampled repeats, 8 docs),
+    and gsm8k (the first 8 problems of the gsm8k suite's own data, in its plain prompt format)."""
     offline(patch)
     import lm_eval
     import torch
@@ -92,13 +96,17 @@ def run_lm_eval(root: Path, patch: pytest.MonkeyPatch) -> dict[str, Path]:
     runs = {name: (lm_eval_task(data), f"max_gen_toks={tokens}") for name, tokens in LM_EVAL_SETTINGS.items()}
     runs["changed"] = (lm_eval_task(changed_data), f"max_gen_toks={LM_EVAL_SETTINGS['fast']}")
     runs["repeats"] = (lm_eval_task(write_jsonl(root / "arith8.jsonl", records[:8]), repeats=3, sample=True), None)
+    gsm8k = {**lm_eval_task(GSM8K_DATA, "gsm8k_local"), "doc_to_text": "Question: {{question}}\nAnswer:",
+             "doc_to_target": "{{answer.split('####')[-1].strip()}}"}
+    runs["gsm8k"] = (gsm8k, "max_gen_toks=16")
     folders = {}
     for name, (task, gen_kwargs) in runs.items():
         folders[name] = root / name
         tracker = EvaluationTracker(output_path=str(folders[name]))
         results = lm_eval.simple_evaluate(model=model, tasks=[task], log_samples=True, evaluation_tracker=tracker,
                                           gen_kwargs=gen_kwargs, task_manager=manager, random_seed=0,
-                                          numpy_random_seed=0, torch_random_seed=0)
+                                          numpy_random_seed=0, torch_random_seed=0,
+                                          limit=GSM8K_DOCS if name == "gsm8k" else None)
         samples = results.pop("samples")
         tracker.save_results_aggregated(results=results, samples=samples)
         for task_name in results["configs"]:

@@ -22,6 +22,7 @@ import pytest_redline.runs  # noqa: F401
 from pytest_redline.engines.lm_eval_logs import LmEvalEngine
 from pytest_redline.engines.recorded import RunError
 from pytest_redline.suites.arithmetic import ArithmeticSuite
+from pytest_redline.suites.math import GSM8K
 
 pytest_plugins = ["pytester"]
 
@@ -63,8 +64,8 @@ def project(pytester: pytest.Pytester) -> Project:
     return Project(pytester)
 
 
-def samples(folder: Path) -> list[dict]:
-    path, = folder.rglob("samples_arith_*.jsonl")
+def samples(folder: Path, task: str = "arith") -> list[dict]:
+    path, = folder.rglob(f"samples_{task}_*.jsonl")
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
@@ -254,3 +255,28 @@ def test_check_config(params: dict, message: str) -> None:
 def test_check_engine_args(args: dict, message: str) -> None:
     with pytest.raises((ValueError, TypeError), match=message):
         LmEvalEngine.check_engine_args(args)
+
+
+@pytest.mark.slow
+def test_rescore_gsm8k_docs_with_the_suite_judge(runs: dict[str, Path], tmp_path: Path) -> None:
+    """The issue's example: GSM8K docs re-judged by the gsm8k suite, whose prompts (few-shot too)
+    match the docs by doc_id, question and gold answer; a suite whose records are shifted does not."""
+    args = {"task": "gsm8k_local", "metric": "exact_match", "rescore": True}
+    configs = {"ref": {"path": str(runs["gsm8k"]), "tokens_per_s": 1.0}}
+    suite = GSM8K(ids=list(range(recorded_logs.GSM8K_DOCS)), few_shot=1)
+    prompts, _ = LmEvalEngine.check_runs(args, configs, reference="ref", cost="tokens_per_s", prompts=suite.prompts())
+    out = LmEvalEngine(**args).generate(prompts, configs["ref"])
+    recorded = {s["doc_id"]: s["resps"][0][0] for s in samples(runs["gsm8k"], "gsm8k_local")}
+    assert [g.text for g in out] == [recorded[i] for i in range(recorded_logs.GSM8K_DOCS)]
+    assert all(g.correct is None for g in out) and all(suite.judge(p, g.text).rule for p, g in zip(prompts, out))
+    lines = recorded_logs.GSM8K_DATA.read_text().splitlines()[:recorded_logs.GSM8K_DOCS + 1]
+    for name, records, message in (
+        ("shifted", lines[1:] + lines[:1], r"doc 0 \(the suite's prompt 'gsm8k/0'\): the doc's question 'Janet.*' is not in "
+                                           "the suite's prompt"),
+        ("gold", [lines[0].replace("#### 18", "#### 19")] + lines[1:],
+         r"doc 0 \(the suite's prompt 'gsm8k/0'\): the doc's gold answer '18' differs from the suite's '19'"),
+    ):
+        (tmp_path / f"{name}.jsonl").write_text("\n".join(records) + "\n")
+        other = GSM8K(path=str(tmp_path / f"{name}.jsonl"), ids=list(range(recorded_logs.GSM8K_DOCS))).prompts()
+        with pytest.raises(RunError, match=message):
+            LmEvalEngine.check_runs(args, configs, reference="ref", cost="tokens_per_s", prompts=other)
