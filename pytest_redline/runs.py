@@ -4,8 +4,9 @@ An engine class with a model-free ``check_runs(engine_args, configs, reference=,
 (``lm_eval``, ``inspect``) reads every config's run while the grid is prepared. It returns the
 prompts (the grid's suite's, checked against the runs, or, without a suite, the reference run's
 own) and the configs' parameters with what identifies each run (its files' SHA-256, as
-``logs_sha256``), which so enters the outcome key: a changed log is a new outcome. Its errors (``ValueError``, with the grid key in
-``key``) are usage errors naming the file, the unit and what was expected.
+``logs_sha256``), which so enters the outcome key: a changed log is a new outcome. Its errors
+(``ValueError``, with the grid key in ``key``) are usage errors naming the file, the unit and
+what was expected. Every config of such a grid uses the same engine and engine_args.
 """
 from __future__ import annotations
 
@@ -18,10 +19,11 @@ from pytest_redline.grid import Grid
 def over_runs(grid: Grid) -> bool:
     """Whether the grid's engine reads recorded runs named by its configs (then it records no
     prompts of its own before its configs are known)."""
-    if grid.engine is None:
+    engine = grid.engine or next((spec.engine for spec in grid.configs or () if spec.engine), None)
+    if engine is None:
         return False
     try:
-        return callable(getattr(registry.factory(registry.ENGINES, grid.engine), "check_runs", None))
+        return callable(getattr(registry.factory(registry.ENGINES, engine), "check_runs", None))
     except registry.RegistryError:
         return False
 

@@ -236,6 +236,16 @@ def test_rescore_checks_the_suite_against_the_docs(runs: dict[str, Path]) -> Non
         LmEvalEngine.check_runs({**ARGS, "rescore": True}, configs, **kwargs)
 
 
+def test_one_engine_for_every_config(project: Project) -> None:
+    """Refused before any log is read: a config with engine_args of its own."""
+    project.grid(GRID.format(extra="", suite="", ref="a", fast="b", short="c").replace(
+        "tokens_per_s: 4100}", "tokens_per_s: 4100, engine_args: {filter: answer}}"))
+    result = project.run("--redline-alpha=0.2")
+    assert result.ret == 4
+    result.stderr.fnmatch_lines(["*redline.yaml: configs: expected one engine and the same engine_args for every config "
+                                 "of a grid over recorded runs, got 2*"])
+
+
 @pytest.mark.parametrize("params, message", [
     ({"tokens_per_s": 1.0}, "path: expected the path of the config's run"),
     ({"path": "x", "tokens_per_s": True}, "tokens_per_s: expected a cost"),
