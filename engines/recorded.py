@@ -192,8 +192,15 @@ class RecordedRuns:
 
     # ------------------------------------------------------------------ the engine
 
+    @classmethod
+    def identity(cls, engine_args: Mapping[str, Any]) -> dict[str, Any]:
+        """The engine's identity without building it (a warm rerun builds none): the runs' own
+        hashes are in each config's parameters."""
+        cls.parse_args(engine_args)
+        return {"fingerprint": f"{cls.name} logs (each config's file hashes are its {DIGEST})", "runtime": {}}
+
     def fingerprint(self) -> str:
-        return f"{self.name} logs (each config's file hashes are its {DIGEST})"
+        return self.identity(self.args)["fingerprint"]
 
     def generate(self, prompts: Sequence[Prompt], config: Mapping[str, Any]) -> list[Generation]:
         run, task = self._run(config)

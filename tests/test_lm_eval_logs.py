@@ -19,6 +19,7 @@ from redline_fakes import Project
 
 import pytest_redline.engines.lm_eval_logs  # noqa: F401  (loaded before pytester's in-process runs)
 import pytest_redline.runs  # noqa: F401
+from pytest_redline.enginebook import EngineBook
 from pytest_redline.engines.lm_eval_logs import LmEvalEngine
 from pytest_redline.engines.recorded import RunError
 from pytest_redline.suites.arithmetic import ArithmeticSuite
@@ -107,6 +108,8 @@ def test_gate_over_lm_eval_runs(project: Project, runs: dict[str, Path]) -> None
     assert len(by_name["fast"]["params"]["logs_sha256"]) == 64  # the run's file hashes, in the outcome key
 
     # the key: the same logs are served from the store; a changed log is read again
+    book = EngineBook()
+    assert book.identity("lm_eval", ARGS)["fingerprint"] == LmEvalEngine(**ARGS).fingerprint() and not book.built_any
     again = project.run("--redline-alpha=0.2", "--redline-full")
     again.stdout.fnmatch_lines([f"outcomes: {3 * recorded_logs.N} reused from the store, 0 decoded"])
     doc = next(s["doc_id"] for s in samples(runs["short"]) if s["exact_match"] == 0)
