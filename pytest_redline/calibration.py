@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from pytest_redline import registry
+from pytest_redline import registry, runs
 from pytest_redline.contracts import ConfigError, EngineFactory, Prompt, Suite
 from pytest_redline.enginebook import EngineBook
 from pytest_redline.grid import FASTEST, Grid
@@ -105,10 +105,11 @@ def prepare(grid: Grid, label: str, level: Level, engines: EngineBook) -> Calibr
             raise grid.error("suite", f"expected a suite with prompts; suite {grid.suite!r} with suite_args {dict(grid.suite_args)!r} has none")
     else:
         suite = None
-        prompts, recorded = _recorded(grid, engines)
+        prompts, recorded = (None, None) if runs.over_runs(grid) else _recorded(grid, engines)
     configs, params, engine_of = _configs(grid, recorded)
     classes = {name: _engine_class(grid, engine) for name, (engine, _) in engine_of.items()}
     _check_configs(grid, params, classes)
+    prompts, params = runs.check_runs(grid, classes, engine_of, params, prompts)  # recorded runs (lm_eval, inspect)
     declared = _check_engine_args(grid, engine_of, classes, params)
     _check_prompts(grid, prompts)
     deploy = _deploy(grid, configs, level.deploy_override)

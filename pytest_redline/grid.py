@@ -289,6 +289,8 @@ class _Reader:
         for param in params:
             if not isinstance(param, str):
                 raise self.fail(key, f"expected string parameter names, got {_show(param)}")
+        if "path" in params:  # a recorded run's log (lm_eval, inspect)
+            params["path"] = self.resolve("path", params["path"])
         return ConfigSpec(name, params, engine, args)
 
 
