@@ -158,6 +158,16 @@ class SpeculativeSpec(EngineSpec):
         check_tokenizer_files(engine_args)
 
     @classmethod
+    def cost_bounds(cls, engine_args: Mapping[str, Any], params: Mapping[str, Any]) -> dict[str, tuple[int, int]]:
+        """Model-free, per prompt: every target forward (a round; the first is the prefill) appends
+        1 to γ + 1 tokens until the request ends (at the first EOS, the token completing a stop
+        string, or ``max_new_tokens``), so tokens per forward is in [1, γ + 1], and both tokens
+        and forwards are in [1, max_new_tokens]."""
+        cfg = SpecConfig.from_params(params)
+        return {"tokens": (1, cfg.max_new_tokens), "forwards": (1, cfg.max_new_tokens),
+                "tokens_per_forward": (1, cfg.num_draft_tokens + 1)}
+
+    @classmethod
     def identity(cls, engine_args: Mapping[str, Any], cache_dir: str | Path | None = None) -> dict[str, Any]:
         """Model-free: what ``fingerprint()`` and ``describe()`` return once built (a warm rerun's
         key); weight hashes are cached in ``cache_dir``."""
@@ -180,6 +190,13 @@ class QuantizedSpec(EngineSpec):
     @classmethod
     def check_config(cls, params: Mapping[str, Any]) -> None:
         quantized_config(params)
+
+    @classmethod
+    def cost_bounds(cls, engine_args: Mapping[str, Any], params: Mapping[str, Any]) -> dict[str, Any]:
+        """Model-free: the weight memory (and its scales' share) is the same on every prompt of a
+        config (that mode's loaded weights), so it is known once one prompt is decoded; tokens
+        are in [1, max_new_tokens] (decoding ends at the first EOS or stop, each counted)."""
+        return {"memory": "constant", "memory_scales": "constant", "tokens": (1, quantized_config(params)["max_new_tokens"])}
 
     @classmethod
     def identity(cls, engine_args: Mapping[str, Any], cache_dir: str | Path | None = None) -> dict[str, Any]:

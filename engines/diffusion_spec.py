@@ -5,6 +5,7 @@ blockbatch.py and derive from these specs.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -182,6 +183,22 @@ class BlockDiffusionSpec(EngineSpec):
             return None
         return {**checkpoint.describe(), "block_size_used": cls.block_size_used(params or {}, checkpoint.block_size),
                 "decode_mode": cls.decode_mode(params or {})}
+
+    @classmethod
+    def cost_bounds(cls, engine_args: Mapping[str, Any], params: Mapping[str, Any]) -> dict[str, tuple[int, int]]:
+        """Model-free (the checkpoint's declared block size read from its config file): tokens
+        are in [0, max_new_tokens], and a forward commits at most the window's masked positions,
+        block size x blocks in flight (``buffer_size``; FlowBlock's ``window``), so tokens per
+        forward is in [0, block x buffer]. No lower bound on it above 0 (FlowBlock's post-steps
+        and the store forwards commit nothing) and no upper bound on forwards: the pooled TPF's
+        lower end stays 0 until a config is decoded everywhere. BlockBatch declares tokens and forwards only."""
+        model = engine_args.get("model")
+        checkpoint = checkpoints.inspect(Path(model) if model is not None else runtime.EMBEDDED_MODEL, engine_args.get("mask_token_id"))
+        cfg = cls.Config.from_params(cls.with_declared(params, checkpoint.block_size))
+        bounds = {"tokens": (0, cfg.max_new_tokens), "forwards": (1, math.inf)}  # the prefill is one
+        if hasattr(cfg, "block_size") and hasattr(cfg, "buffer_size"):
+            bounds["tokens_per_forward"] = (0, cfg.block_size * cfg.buffer_size)
+        return bounds
 
     @classmethod
     def with_declared(cls, params: Mapping[str, Any], declared: int | None) -> Mapping[str, Any]:

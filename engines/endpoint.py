@@ -105,6 +105,17 @@ class OpenAIEngine:
         if unknown:
             raise ConfigError(unknown[0], f"openai: unknown config key {unknown[0]!r}; known keys: {', '.join(REQUEST_KEYS)}", REQUEST_KEYS)
 
+    @classmethod
+    def cost_bounds(cls, engine_args: Mapping[str, Any], params: Mapping[str, Any]) -> dict[str, tuple[int, int]]:
+        """Model-free: with ``max_tokens`` in the config, the server generates at most that many
+        tokens, so ``output_tokens`` (and ``tokens``) are in [0, max_tokens]. A count made here
+        with the local tokenizer (a server without usage) may differ: the gate then reports the
+        prompt as breaking the bound, and the run certifies nothing."""
+        limit = params.get("max_tokens")
+        if isinstance(limit, bool) or not isinstance(limit, int):
+            return {}
+        return {"output_tokens": (0, limit), "tokens": (0, limit)}
+
     # -- decoding ---------------------------------------------------------------------------
     def generate(self, prompts: Sequence[Prompt], config: Mapping[str, Any]) -> list[Generation]:
         self.check_config(config)

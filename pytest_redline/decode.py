@@ -29,7 +29,7 @@ import traceback
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from pytest_redline import __version__
+from pytest_redline import __version__, costbounds, registry
 from pytest_redline.batchrun import BatchRunner
 from pytest_redline.calibration import Calibration
 from pytest_redline.contracts import Generation, Prompt
@@ -114,6 +114,8 @@ class Decoder:
         self._runs: dict[str, CandidateRun | None] = {}
         self._ran: dict[str, set[int]] = {}
         self._recorded: dict[str, dict[int, StoredOutcome]] = {}
+        self._bounds: dict[str, dict | None] = {}
+        self.decided: dict[str, dict[str, str]] = {}  # valid candidates not decoded everywhere: why, and their cost interval
         identity = _suite_identity(cal)
         self.scoring = scoring_version(cal, identity["scorer"] if identity else "")
         self.rescored = 0  # stored outcomes judged again because the scoring changed
@@ -198,18 +200,88 @@ class Decoder:
         return self._runs[config]
 
     def _decode_contenders(self) -> None:
-        """Decode each valid candidate on the prompts its schedule skipped, in prompt order
-        (a replayed grid's costs are on all prompts already: nothing to decode)."""
+        """Decode the valid candidates on the prompts they skipped until the deployment is
+        decided (:func:`~pytest_redline.costbounds.standing`, on each one's cost interval from the
+        prompts it decoded and its engine's declared bounds on the rest), then the one left on
+        all of them. Gate mode decodes only the named config (its gain is reported). A replayed
+        grid's costs are on all prompts already: nothing to decode."""
         cal = self.cal
         if cal.replayed:
             return
         runs = [self._runs.get(name) for name in cal.configs]
-        for i in contenders(runs, cal.configs.index(cal.reference), cal.n, cal.alpha, cal.delta_share, cal.correction):
-            name = cal.configs[i]
-            rest = [j for j in range(cal.n) if j not in self._ran[name]]
-            size = self.batch_size
-            self._get(name, [Batch(k + 1, tuple(rest[s:s + size])) for k, s in enumerate(range(0, len(rest), size))])
-            self._ran[name].update(rest)
+        valid = contenders(runs, cal.configs.index(cal.reference), cal.n, cal.alpha, cal.delta_share, cal.correction)
+        rest = {i: self._rest(cal.configs[i]) for i in valid}
+        if cal.mode == "gate":
+            named = [i for i in valid if cal.configs[i] == cal.deploy]
+            for i in named:
+                self._finish(i, rest[i])
+            self._decide(valid, {i: "gate mode: decoded for the verdict only" for i in valid if i not in named})
+            return
+        reference, lower = cal.configs.index(cal.reference), cal.grid.lower_is_better
+        min_gain = cal.grid.min_gain if cal.mode == "select" else None
+        while True:
+            intervals = self._intervals(valid)
+            out = costbounds.standing(intervals, reference, valid, lower, min_gain, names=cal.configs)
+            alive = [i for i in valid if i not in out]
+            waiting = [i for i in alive if rest[i]]
+            if len(alive) <= 1 or not waiting:
+                break
+            pick = costbounds.best_high(intervals, waiting, lower)
+            self._get(cal.configs[pick], [rest[pick].pop(0)])
+        for i in alive:
+            if intervals[i][0] != intervals[i][1]:
+                self._finish(i, rest[i])
+        self._decide(valid, out)
+
+    def _rest(self, name: str) -> list[Batch]:
+        """The prompts a candidate skipped, in prompt order, ``batch_size`` at a time."""
+        rest, size = [j for j in range(self.cal.n) if j not in self._ran[name]], self.batch_size
+        return [Batch(k + 1, tuple(rest[s:s + size])) for k, s in enumerate(range(0, len(rest), size))]
+
+    def _finish(self, i: int, batches: list[Batch]) -> None:
+        self._get(self.cal.configs[i], batches)
+        del batches[:]
+
+    def _intervals(self, valid: Sequence[int]) -> list[tuple]:
+        """Each config's all-prompt cost interval (the reference's is exact); others (-inf, inf)."""
+        cal = self.cal
+        out = []
+        for i, name in enumerate(cal.configs):
+            if name != cal.reference and i not in valid:
+                out.append((-math.inf, math.inf))
+                continue
+            decoded = list(self._outcomes[name].values())
+            out.append(costbounds.interval(cal.grid.cost, decoded, cal.n - len(decoded), self._bounds_of(name)))
+        return out
+
+    def _decide(self, valid: Sequence[int], out: Mapping[int, str]) -> None:
+        """Mark what each valid candidate ran on, and record those not decoded on every prompt."""
+        intervals = self._intervals(valid)
+        for i in valid:
+            name = self.cal.configs[i]
+            errors = range(self.cal.n) if name in self._config_errors else [j for (c, j) in self._errors if c == name]
+            self._ran[name] = set(self._outcomes[name]).union(errors)
+            if len(self._outcomes[name]) < self.cal.n:
+                low, high = intervals[i]
+                reason = out.get(i, "its cost is exact: the declared bounds fix it on the prompts not decoded")
+                self.decided[name] = {"out": i in out, "reason": reason, "low": str(low), "high": str(high)}
+
+    def _bounds_of(self, config: str) -> dict | None:
+        """The engine's declared cost bounds for the config, model-free (None: it declares none,
+        or they failed: the failure is the config's error)."""
+        if config not in self._bounds:
+            name, args = self.cal.engines[config]
+            self._bounds[config] = None
+            try:
+                declare = getattr(registry.factory(registry.ENGINES, name), "cost_bounds", None)
+                if callable(declare):
+                    self._bounds[config] = costbounds.parse(declare(dict(args), self.cal.params[config]),
+                                                            f"engine {name!r}, config {config!r}")
+            except Exception as e:
+                self._config_errors.setdefault(config, DecodeError(
+                    f"config {config!r}: its engine's cost_bounds failed: {type(e).__name__}: {e}", traceback.format_exc(),
+                    short=f"config {config!r}: its engine's cost_bounds failed"))
+        return self._bounds[config]
 
     def _scheduled_run(self, config: str, reference: list[bool]) -> CandidateRun:
         batches = self.schedule.batches(reference)
@@ -370,6 +442,7 @@ class Decoder:
         prompts = [self.cal.prompts[i] for i in batch.prompts]
         engine_name, engine_args = self.cal.engines[config]
         where = f"batch {batch.number} of config {config!r} ({_span(batch, prompts)})"
+        bounds = self._bounds_of(config)  # declared before decoding
         start = time.monotonic()
         try:
             engine = self.engines.get(engine_name, engine_args)
@@ -394,6 +467,11 @@ class Decoder:
                 self._errors[(config, i)] = DecodeError(
                     f"scoring prompt {prompt.id!r} of config {config!r} failed: {type(e).__name__}: {e}", traceback.format_exc()
                 )
+                continue
+            broken = bounds and costbounds.violation(bounds, outcome, next(iter(self._outcomes[config].values()), None))
+            if broken:  # an engine error: the run is partial; not stored, so a rerun decodes it again
+                self._errors[(config, i)] = DecodeError(
+                    f"engine {engine_name!r} broke its declared cost bounds on config {config!r}, prompt {prompt.id!r}: {broken}")
                 continue
             self.store.put(key, outcome, grid=self.cal.grid.name, config=config, prompt=prompt.id)
             self._outcomes[config][i] = outcome

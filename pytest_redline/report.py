@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import tempfile
@@ -64,11 +65,11 @@ def table_lines(v: GridVerdict) -> list[str]:
         mark = ("R" if i == r.reference_index else " ") + ("*" if i == v.deployed_index else " ") + (("G" if name == gated else " ") if gated else "")
         bound = {"lower": ">=", "upper": "<="}.get(sched.bounds[i], "") if sched else ""
         run = int(sched.ran[i].sum()) if sched else v.cal.n
-        full = v.comparable(i)
+        full, cost, gain = v.comparable(i), *_cost_cells(v, i)
         rows.append((
             mark, name, str(run), f"{r.accuracy[i]:.4f}" if full else "-", f"{kept[i]:.4f}", f"{bound}{int(r.violations[i])}",
             f"{r.risk[i]:.4f}", f"{r.risk_upper[i]:.4f}", text.number(r.p_values[i]), text.number(r.p_adjusted[i]),
-            "valid" if r.valid[i] else "NOT valid", v.statuses[i], f"{r.cost[i]:.4g}" if full else "-", _gain(r, i) if full else "-",
+            "valid" if r.valid[i] else "NOT valid", v.statuses[i], cost, gain,
             f"{r.net_accuracy[i]:+.1f}" if full else "-", _note(v, i),
         ))
     lines = text.table(rows, left=(1, 14))
@@ -100,8 +101,11 @@ def _basis_line(v: GridVerdict) -> str:
             "scaled to all n")
     if all(v.comparable(i) for i in range(v.cal.m)):
         return line + "; every config's figures on all prompts"
-    return (line + "; -: not decoded on every prompt (stopped early or skipped where the reference is wrong), so "
-            "not comparable; the valid configs were decoded on every prompt, so the deployment uses costs on all of them")
+    line += "; -: not decoded on every prompt (stopped early or skipped where the reference is wrong), so not comparable"
+    if not v.decided:
+        return line + "; the valid configs were decoded on every prompt, so the deployment uses costs on all of them"
+    return (line + "; [low, high]: a valid config's all-prompt cost (and gain) interval from the prompts it ran and its "
+            "engine's declared cost bounds on the rest, which settled the deployment without decoding it everywhere")
 
 
 def _note(v: GridVerdict, i: int) -> str:
@@ -242,6 +246,29 @@ def grid_verdict(v: GridVerdict) -> str:
     )
 
 
+def _cost_cells(v: GridVerdict, i: int) -> tuple[str, str]:
+    """The cost and gain cells: all-prompt figures, an interval (settled by the cost intervals
+    without decoding it everywhere), or "-" (not comparable)."""
+    r = v.result
+    if v.cost_known(i):
+        return f"{r.cost[i]:.4g}", _gain(r, i)
+    interval = v.cost_interval(i)
+    if interval is None:
+        return "-", "-"
+    low, high = interval
+    gains = _interval_gain(v, interval)
+    unit = "%" if r.gain_kind == "percent" else "x"
+    return f"[{low:.4g}, {high:.4g}]", f"[{gains[0]:+.1f}, {gains[1]:+.1f}]{unit}" if unit == "%" else f"[{gains[0]:.2f}, {gains[1]:.2f}]x"
+
+
+def _interval_gain(v: GridVerdict, interval: tuple[float, float]) -> tuple[float, float]:
+    from pytest_redline.risk import gains
+
+    r = v.result
+    both = gains([float(r.cost[r.reference_index]), *interval], 0, r.lower_is_better, r.gain_kind)[1:]
+    return float(min(both)), float(max(both))
+
+
 def _fallback(v: GridVerdict) -> str:
     return f"; deploy the reference {v.cal.reference}" if v.cal.mode == "gate" else ""
 
@@ -251,6 +278,8 @@ def _deploy_text(v: GridVerdict, index: int | None = None, verb: str = "deploy")
     d = v.deployed_index if index is None else index
     if d == r.reference_index:
         return f"{verb} {r.names[d]} (the reference)"
+    if not v.comparable(d):  # its cost is fixed by declared bounds; its accuracy is on the prompts it ran
+        return f"{verb} {r.names[d]} ({_gain(r, d)} {v.cal.grid.cost}; accuracy not measured on every prompt)"
     return f"{verb} {r.names[d]} ({_gain(r, d)} {v.cal.grid.cost}, {r.net_accuracy[d]:+.1f} accuracy points)"
 
 
@@ -259,6 +288,10 @@ def hint_line(v: GridVerdict) -> str | None:
     if v.cal.mode != "gate" or v.result is None or v.error:
         return None
     best = v.result.deployed_index
+    open_ = v.best_valid_open
+    if open_:  # gate mode decodes only the named config for cost: the best is not settled
+        return (f"hint: the best-cost valid config is {v.result.names[best]} or one of {', '.join(open_)} (valid, "
+                "not decoded for cost in gate mode; their cost intervals are in the table)")
     return "hint: " + _deploy_text(v, best, "the best-cost valid config is") + (
         " (what deploy: fastest would serve)" if best != v.deployed_index else "")
 
@@ -339,6 +372,7 @@ def grid_report(v: GridVerdict) -> dict[str, Any]:
         "deploy": cal.deploy,
         "deployed": v.deployed,
         "best_valid": v.best_valid,
+        "best_valid_open": list(v.best_valid_open),  # gate mode: configs not decoded for cost that may beat it
         "certified": v.certified,
         "complete": v.complete,
         "required": list(v.required),
@@ -385,7 +419,14 @@ def _configs(v: GridVerdict) -> list[dict[str, Any]]:
         entry["accuracy_on_reference_correct"] = float(kept[i])  # on those it ran on, in a scheduled run
         if not v.comparable(i):  # accuracy, cost, gain: all-prompt figures; this config ran on fewer
             entry["cost_on_prompts_run"], entry["gain_on_prompts_run"] = entry["cost"], entry["gain"]
-            entry.update(accuracy=None, net_accuracy_points=None, cost=None, gain=None)
+            entry.update(accuracy=None, net_accuracy_points=None)
+            if not v.cost_known(i):
+                entry.update(cost=None, gain=None)
+        interval = v.cost_interval(i)
+        if interval is not None:  # settled by the contenders' cost intervals (docs/scheduling.md)
+            entry["cost_interval"] = [x if math.isfinite(x) else None for x in interval]  # None: unbounded
+            entry["gain_interval"] = [x if math.isfinite(x) else None for x in _interval_gain(v, interval)]
+            entry["cost_decided"] = v.decided[entry["name"]]["reason"]
         ran = [p for p, r in zip(prompts, sched.ran[i]) if r] if sched else prompts
         entry["prompts_run"] = len(ran)
         entry["ran_on"] = ran

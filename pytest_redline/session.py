@@ -54,6 +54,7 @@ class Gate:
         self.file_notes: list[str] = []
         self.decode_seconds: dict[str, dict[str, float]] = {}  # per grid and config, summed over xdist workers
         self.fallbacks: dict[str, str] = {}  # per grid: why scheduling could not hold
+        self.decided: dict[str, dict] = {}  # per grid: valid candidates the cost intervals settled (Decoder.decided)
         self.exitstatus: int = 1  # what the process returns, once finish() has decided it
         self.command: list[str] = []  # the command line, for the review page's provenance
         self._first_error: dict[str, str] = {}  # error message -> the item that reported it in full
@@ -150,6 +151,7 @@ class Gate:
             "deselected": [list(ids) for ids in self.deselected_ids],
             "seconds": {label: d.config_seconds for label, d in self._decoders.items()},
             "fallbacks": {label: d.fallback for label, d in self._decoders.items() if d.fallback},
+            "decided": {label: d.decided for label, d in self._decoders.items() if d.decided},
         }}
 
     def merge_worker_output(self, output: dict[str, Any]) -> None:
@@ -163,6 +165,8 @@ class Gate:
                 merged[config] = merged.get(config, 0.0) + seconds
         for label, reason in payload["fallbacks"].items():
             self.fallbacks.setdefault(label, reason)
+        for label, decided in payload.get("decided", {}).items():
+            self.decided.setdefault(label, decided)
 
     # ------------------------------------------------------------------ verdict
 
@@ -205,7 +209,7 @@ class Gate:
             mode = f"full: scheduling could not hold ({self.fallbacks[cal.label]})"
         else:
             mode = "scheduled"
-        return judge(record, spend_of(record, self.decode_seconds.get(cal.label, {})), mode)
+        return judge(record, spend_of(record, self.decode_seconds.get(cal.label, {})), mode, self.decided.get(cal.label))
 
     def summary(self, terminal: pytest.TerminalReporter) -> None:
         if not self.verdicts:

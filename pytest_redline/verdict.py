@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from fractions import Fraction
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Mapping, Sequence
 
@@ -164,6 +165,7 @@ class GridVerdict:
     spend: Spend | None = None  # forwards and time spent against the full grid
     mode: str = "full"  # "scheduled", "full (--redline-full)", or "full: <why scheduling could not hold>"
     reverse: Reverse | None = None  # the reverse family ("exceeds budget"), beside the certificates
+    decided: Mapping[str, Mapping[str, str]] | None = None  # valid configs the cost intervals settled (Decoder.decided)
 
     @property
     def statuses(self) -> tuple[str, ...] | None:
@@ -240,6 +242,28 @@ class GridVerdict:
     def comparable(self, i: int) -> bool:
         """Whether config i's cost and accuracy are on all n prompts (comparable across rows)."""
         return self.scheduled is None or bool(self.scheduled.complete_rows[i])
+
+    def cost_interval(self, i: int) -> tuple[float, float] | None:
+        """A valid config's all-prompt cost interval when the contenders' intervals settled it
+        without decoding it everywhere (:mod:`pytest_redline.costbounds`); None otherwise."""
+        d = (self.decided or {}).get(self.cal.configs[i])
+        return None if d is None else (_exact(d["low"]), _exact(d["high"]))
+
+    def cost_known(self, i: int) -> bool:
+        """Whether config i's cost is its all-prompt cost (decoded everywhere, or fixed by bounds)."""
+        interval = self.cost_interval(i)
+        return self.comparable(i) or (interval is not None and interval[0] == interval[1])
+
+    @property
+    def best_valid_open(self) -> tuple[str, ...]:
+        """Gate mode: valid configs not decoded for cost whose interval may still beat
+        :attr:`best_valid` (then the hint is one of them or it)."""
+        if self.result is None or self.cal.mode != "gate" or not self.decided:
+            return ()
+        r, lower = self.result, self.cal.grid.lower_is_better
+        best = float(r.cost[r.deployed_index])
+        beats = (lambda lo, hi: lo < best) if lower else (lambda lo, hi: hi > best)
+        return tuple(name for name in self.decided if beats(*self.cost_interval(self.cal.configs.index(name))))
 
     def on_reference_correct(self) -> np.ndarray:
         """Each config's accuracy on the reference-correct prompts (those it ran on, in a
@@ -384,7 +408,8 @@ def judge(record: GridRecord, spend: Spend | None = None, mode: str = "full",
             reverse = scheduled.reverse
     except (OutcomeError, ValueError) as e:
         return dataclasses.replace(verdict, table=table, error=f"{cal.label}: cannot certify: {e}")
-    return dataclasses.replace(verdict, result=result, alpha_min=alpha_min, table=table, scheduled=scheduled, reverse=reverse)
+    return dataclasses.replace(verdict, result=result, alpha_min=alpha_min, table=table, scheduled=scheduled, reverse=reverse,
+                               decided=dict(decided or {}))
 
 
 def eligible(cal: Calibration, cost: np.ndarray) -> np.ndarray | None:
@@ -411,6 +436,11 @@ def _skip_error(record: GridRecord) -> str | None:
         if reference is None or (skip.reason == REFERENCE_WRONG and reference.correct):
             return f"{config}::{prompt} was skipped ({skip.reason}), but the reference is right there or did not run"
     return None
+
+
+def _exact(text: str) -> float:
+    """A Fraction's text (``p/q``), or ``inf`` / ``-inf``, as a float."""
+    return float(text) if "inf" in text else float(Fraction(text))
 
 
 def _frozen(a: np.ndarray) -> np.ndarray:

@@ -68,6 +68,11 @@ class FakeEngine:
                  delay: float = 0.0) -> None:
         self.seed, self.device, self.dtype, self.log, self.delay = seed, device, dtype, log_path, delay
 
+    @staticmethod
+    def cost_bounds(engine_args, params):
+        """What a config's ``bounds`` key declares (a test makes one lie)."""
+        return params.get("bounds")
+
     def fingerprint(self) -> str:
         return f"fake-weights-{self.seed}"
 
@@ -112,10 +117,32 @@ class TableSuite:
 class TableEngine:
     name = "table"
 
-    def __init__(self, outcomes: str) -> None:
+    def __init__(self, outcomes: str, bounds: bool = False) -> None:
         from pytest_redline.outcomes import OutcomeTable
 
         self.path, self.table = outcomes, OutcomeTable.read_csv(outcomes)
+
+    @staticmethod
+    def cost_bounds(engine_args, params):
+        """With ``bounds: true``, true bounds: each field's range over the config's row (tokens,
+        forwards, tokens per forward; extra columns constant per config are declared so)."""
+        if not engine_args.get("bounds"):
+            return None
+        import numpy as np
+
+        from pytest_redline.outcomes import OutcomeTable
+
+        table = OutcomeTable.read_csv(engine_args["outcomes"])
+        row = table.index(params["config"])
+        fields = {"tokens": table.tokens[row], "forwards": table.forwards[row],
+                  "tokens_per_forward": table.tokens[row] / np.maximum(table.forwards[row], 1.0)}
+        # one ulp wider: a float quotient is within half an ulp of the exact one the gate checks
+        out = {name: (float(np.nextafter(v.min(), -np.inf)), float(np.nextafter(v.max(), np.inf)))
+               for name, v in fields.items() if not np.isnan(v).any()}
+        for name, column in table.extra.items():
+            values = column[row]
+            out[name] = "constant" if np.all(values == values[0]) else (float(values.min()), float(values.max()))
+        return out
 
     def fingerprint(self) -> str:
         return Path(self.path).read_text()
