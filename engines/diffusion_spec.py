@@ -116,7 +116,7 @@ class BlockDiffusionSpec(EngineSpec):
     engine = "pytest_redline.engines.block_diffusion:BlockDiffusionEngine"
     rules = "2: diffulex multi_bd"  # enters the outcome key (describe): bump when decoding rules change
     Config = DecodeConfig
-    engine_args = {"model": None, "device": "auto", "dtype": "auto", "mask_token_id": None,
+    engine_args = {"model": None, "device": "auto", "dtype": "auto", "mask_token_id": None, "eos_token_id": None,
                    "trust_remote_code": False, "trace": None, "threads": None}
 
     @classmethod
@@ -126,7 +126,7 @@ class BlockDiffusionSpec(EngineSpec):
         weight hashes are cached in ``cache_dir`` (``runtime.WeightHashes``)."""
         args = cls.arguments(engine_args, cache_dir)
         path = Path(args["model"]) if args["model"] is not None else runtime.EMBEDDED_MODEL
-        declared = checkpoints.inspect(path, args["mask_token_id"]).describe()
+        declared = checkpoints.inspect(path, args["mask_token_id"], args["eos_token_id"]).describe()
         return runtime.identity(cls.name, args["device"], args["dtype"], [path], model=path, rules=cls.rules, **declared)
 
     @classmethod
