@@ -229,7 +229,9 @@ def llada2_tokenizer(folder: Path, base: int = LLADA2_BASE):
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    from pytest_redline.engines.tokenizer import CHARACTERS
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from training.tokenizer import CHARACTERS
 
     vocab = {token: i for i, token in enumerate(("<unk>",) + tuple(CHARACTERS))}
     if base < len(vocab):
