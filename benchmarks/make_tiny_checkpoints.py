@@ -312,6 +312,41 @@ def llada2(folder: str | Path, version: str = "2.0", seed: int = 0, std: float =
     return folder
 
 
+def llada2_published(folder: str | Path, version: str = "2.0", shards: int = 4) -> Path:
+    """LLaDA2.0-mini's (or 2.1-mini's) published config.json, generation config and tokenizer
+    layout, and shards holding every published tensor's safetensors header but no data (sparse
+    files of the published sizes, ~32 GB each folder in bf16, ~0 on disk): enough for every
+    model-free check, nothing to load."""
+    import struct
+
+    from pytest_redline.engines import llada2_config as checks
+
+    folder = Path(folder)
+    llada2_tokenizer(folder)
+    config = llada2_config(version)
+    _write_config(folder, config)
+    (folder / "generation_config.json").write_text(json.dumps({"eos_token_id": LLADA2_BASE, "pad_token_id": LLADA2_BASE}) + "\n")
+    shapes = checks.expected_shapes(checks.model_config(config, folder / "config.json"))
+    names = sorted(shapes)
+    per = -(-len(names) // shards)
+    weight_map = {}
+    for i in range(shards):
+        file = f"model-{i + 1:05d}-of-{shards:05d}.safetensors"
+        header, offset = {}, 0
+        for name in names[i * per : (i + 1) * per]:
+            size = 2 * int(torch.tensor(shapes[name]).prod())
+            header[name] = {"dtype": "BF16", "shape": list(shapes[name]), "data_offsets": [offset, offset + size]}
+            offset += size
+            weight_map[name] = file
+        raw = json.dumps(header).encode()
+        raw += b" " * (-len(raw) % 8)
+        with open(folder / file, "wb") as handle:
+            handle.write(struct.pack("<Q", len(raw)) + raw)
+            handle.truncate(8 + len(raw) + offset)
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}) + "\n")
+    return folder
+
+
 def llada21(folder: str | Path, **kwargs) -> Path:
     return llada2(folder, version="2.1", **kwargs)
 

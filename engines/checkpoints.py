@@ -110,6 +110,8 @@ class Checkpoint:
             "mask_token_id": self.mask_token_id,
             "mask_token_source": self.mask_source,
             "chat_template": self.chat_template or "none",
+            **({"remote_code": "ignored: the native loader never runs the folder's code (trust_remote_code has no effect)"}
+               if self.family == "llada2" else {}),
             **({"declared_block_source": self.block_source, "eos_token_id": self.eos_token_id,
                 "eos_token_source": self.eos_source} if self.eos_token_id is not None else {}),
         }

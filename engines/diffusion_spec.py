@@ -135,6 +135,9 @@ class BlockDiffusionSpec(EngineSpec):
         for each config while preparing a grid; a ``checkpoints.CheckpointError`` names the file
         and the field. Returns what the checkpoint declares and ``block_size_used``, the block
         size (BlockBatch: sizes) the config ``params`` decodes with; None for the embedded model."""
+        if "device_map" in engine_args:
+            raise ValueError("device_map: sharding a model across devices is not supported; an engine runs on one "
+                             "device (engine_args.device), e.g. cuda:0 (docs/checkpoints.md)")
         checkpoint = checkpoints.check_engine_args(engine_args)
         if checkpoint is None:
             return None
