@@ -179,8 +179,10 @@ def _llada2(folder: Path, config: Mapping[str, Any], config_file: Path, block_si
     block length of the official generate, the tokenizer's <|mask|>, the generation config's EOS."""
     from pytest_redline.engines import llada2_config
 
-    fields = llada2_config.model_config(config, config_file)
-    llada2_config.check_weights(folder, fields, config_file)
+    try:
+        llada2_config.check_weights(folder, llada2_config.model_config(config, config_file), config_file)
+    except llada2_config.FolderError as e:
+        raise CheckpointError(str(e)) from None
     values: dict[str, Any] = {"block_size": block_size}
     if block_size is None:
         values.update(block_size=llada2_config.GENERATE_BLOCK, block_source="LLaDA2 generate() default block_length")
@@ -298,9 +300,12 @@ def load(checkpoint: Checkpoint, device: str = "auto", dtype: str | Any = "auto"
     dev = modeling.select_device(device)
     dt = modeling.select_dtype(dtype, dev)
     if checkpoint.family == "llada2":
-        from pytest_redline.engines import llada2_load
+        from pytest_redline.engines import llada2_config, llada2_load
 
-        return llada2_load.load(checkpoint, dev, dt)
+        try:
+            return llada2_load.load(checkpoint, dev, dt), load_tokenizer(checkpoint.folder)
+        except llada2_config.FolderError as e:
+            raise CheckpointError(str(e)) from None
     config = stock_config(checkpoint)
     tokenizer = load_tokenizer(checkpoint.folder)
     if checkpoint.family == "llada":

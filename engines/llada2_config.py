@@ -3,7 +3,7 @@ values and the weight layout, read without torch from ``config.json``, the token
 ``generation_config.json`` and the safetensors headers (``model.safetensors.index.json`` and its
 shards, or one ``model.safetensors``).
 
-Refused (a ``CheckpointError`` naming the file and the field, exit 4 at the gate):
+Refused (a ``FolderError`` naming the file and the field, exit 4 at the gate):
 
 - a flag that contradicts the published modeling code, which never reads it: that code always
   normalises the chosen scores when top-k > 1 (``norm_topk_prob``), always uses sigmoid scores
@@ -36,10 +36,13 @@ FIXED_FLAGS = {"score_function": "sigmoid", "moe_router_enable_expert_bias": Tru
 EXPERT = re.compile(r"model\.layers\.(\d+)\.mlp\.experts\.(\d+)\.")
 
 
-def _error(message: str):
-    from pytest_redline.engines.checkpoints import CheckpointError
+class FolderError(ValueError):
+    """A LLaDA2 folder the native model cannot load; the message names the file and the field
+    (``checkpoints`` raises it again as its ``CheckpointError``)."""
 
-    return CheckpointError(message)
+
+def _error(message: str) -> FolderError:
+    return FolderError(message)
 
 
 _REQUIRED = object()

@@ -38,11 +38,9 @@ def build(fields: dict[str, Any], generation_config=None, dtype: torch.dtype = t
     return model.eval()
 
 
-def load(checkpoint, device: torch.device, dtype: torch.dtype):
-    """The model (eval mode, on ``device``, in ``dtype``) and tokenizer of an inspected LLaDA2 checkpoint."""
+def load(checkpoint, device: torch.device, dtype: torch.dtype) -> LLaDA2MoeLM:
+    """The model (eval mode, on ``device``, in ``dtype``) of an inspected LLaDA2 checkpoint."""
     from transformers import GenerationConfig
-
-    from pytest_redline.engines.checkpoints import load_tokenizer
 
     folder = checkpoint.folder
     config_file = folder / "config.json"
@@ -62,7 +60,7 @@ def load(checkpoint, device: torch.device, dtype: torch.dtype):
         finally:
             for handle in handles.values():
                 handle.close()
-    return model, load_tokenizer(folder)
+    return model
 
 
 def _targets(model: LLaDA2MoeLM) -> dict[str, torch.Tensor]:
