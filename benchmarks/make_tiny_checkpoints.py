@@ -296,7 +296,7 @@ def llada2(folder: str | Path, version: str = "2.0", seed: int = 0, std: float =
     _write_config(folder, config)
     generation = {"bos_token_id": base, "eos_token_id": base, "pad_token_id": base, "mask_token_id": None}
     (folder / "generation_config.json").write_text(json.dumps({k: v for k, v in generation.items() if v is not None}, indent=2) + "\n")
-    model = build(checks.model_config(config, folder / "config.json"), dtype=torch.float32)
+    model = build(checks.model_config(config, folder / "config.json"), dtype=getattr(torch, dtype))
     torch.manual_seed(seed)
     with torch.no_grad():
         for name, tensor in model.named_parameters():
