@@ -312,18 +312,18 @@ def llada2(folder: str | Path, version: str = "2.0", seed: int = 0, std: float =
     return folder
 
 
-def llada2_published(folder: str | Path, version: str = "2.0", shards: int = 4) -> Path:
+def llada2_published(folder: str | Path, version: str = "2.0", shards: int = 4, **sizes) -> Path:
     """LLaDA2.0-mini's (or 2.1-mini's) published config.json, generation config and tokenizer
     layout, and shards holding every published tensor's safetensors header but no data (sparse
     files of the published sizes, ~32 GB each folder in bf16, ~0 on disk): enough for every
-    model-free check, nothing to load."""
+    model-free check, nothing to load. ``sizes`` replace published sizes (a smoke run on a CPU)."""
     import struct
 
     from pytest_redline.engines import llada2_config as checks
 
     folder = Path(folder)
     llada2_tokenizer(folder)
-    config = llada2_config(version)
+    config = llada2_config(version, **sizes)
     _write_config(folder, config)
     (folder / "generation_config.json").write_text(json.dumps({"eos_token_id": LLADA2_BASE, "pad_token_id": LLADA2_BASE}) + "\n")
     shapes = checks.expected_shapes(checks.model_config(config, folder / "config.json"))
