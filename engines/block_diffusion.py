@@ -105,7 +105,8 @@ def cut_at_eos(answer: Sequence[int], eos: frozenset[int]) -> tuple[list[int], b
 
 class BlockDiffusionEngine(BlockDiffusionSpec):
     """``BlockDiffusionEngine(model=PATH, device="auto", dtype="auto", mask_token_id=None,
-    trust_remote_code=False, trace=None, threads=None)``; the model defaults to the embedded bd-tiny.
+    trust_remote_code=False, trace=None, threads=None, eos_token_id=None)``; the model defaults to
+    the embedded bd-tiny. ``eos_token_id`` replaces the EOS ids the checkpoint declares.
     ``threads`` sets torch's intra-op threads (see ``common.set_threads``). Its name,
     config, rules version and model-free methods are in ``diffusion_spec.BlockDiffusionSpec``."""
 

@@ -20,13 +20,15 @@ llada2    ``llada2_moe`` / ``llada21_moe`` /         the native model of ``llada
 native    anything else                              the Auto classes (``trust_remote_code`` as given)
 ========  =========================================  ==========================================
 
-The remote code of SDAR, Dream and LLaDA is never run: SDAR's imports ``flash_attn`` and
+The remote code of SDAR, Dream, LLaDA and LLaDA2 is never run: SDAR's and LLaDA2's import
 ``transformers.modeling_attn_mask_utils`` (gone in transformers 5.x). Declared values:
-``block_size`` (SDAR's config; none for Dream and LLaDA, which were trained without blocks),
-``mask_token_id`` (config.json, else generation_config.json, else the tokenizer's mask token) and
-the chat template (the tokenizer's). A grid may override the block size (a config's
-``block_size``) and the mask id (``engine_args.mask_token_id``); :meth:`Checkpoint.describe` is
-what the engines report, and the JSON report shows it.
+``block_size`` (SDAR's config; none for Dream and LLaDA, which were trained without blocks;
+LLaDA2: its official generate's 32), ``mask_token_id`` (config.json, else generation_config.json,
+else the tokenizer's mask token; LLaDA2: the tokenizer's ``<|mask|>``), LLaDA2's EOS
+(generation_config.json, else the tokenizer's) and the chat template (the tokenizer's). A grid
+may override the block size (a config's ``block_size``), the mask id
+(``engine_args.mask_token_id``) and the EOS (``engine_args.eos_token_id``);
+:meth:`Checkpoint.describe` is what the engines report, and the JSON report shows it.
 
 Decoding LLaDA or Dream with a block-causal cache is Fast-dLLM's prefix-cache approximation: both
 were trained with full attention over the whole canvas (docs/checkpoints.md).

@@ -110,7 +110,8 @@ FLOW_DEFAULTS = defaults(FlowConfig)
 
 class BlockDiffusionSpec(EngineSpec):
     """``BlockDiffusionEngine(model=PATH, device="auto", dtype="auto", mask_token_id=None,
-    trust_remote_code=False, trace=None, threads=None)``; the model defaults to the embedded bd-tiny."""
+    trust_remote_code=False, trace=None, threads=None, eos_token_id=None)``; the model defaults to
+    the embedded bd-tiny. ``eos_token_id`` replaces the EOS ids the checkpoint declares."""
 
     name = "block_diffusion"
     engine = "pytest_redline.engines.block_diffusion:BlockDiffusionEngine"
