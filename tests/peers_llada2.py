@@ -58,7 +58,7 @@ def peer_modules(version: str):
     package = f"peer_{prefix}"
     if f"{package}.modeling_{kind}" in sys.modules:
         return sys.modules[f"{package}.configuration_{kind}"], sys.modules[f"{package}.modeling_{kind}"]
-    folder = peers.need_peers() / "llada2"
+    folder = peers.need_peers(f"the published LLaDA{version} modeling code and its official generate") / "llada2"
     sys.modules[package] = types.ModuleType(package)
     sys.modules[package].__path__ = []
     loaded = []

@@ -86,6 +86,7 @@ def test_declared_values_enter_the_key_and_overrides_win(small):
     assert len({json.dumps(k, sort_keys=True) for k in keys}) == 3  # each value enters the outcome key
 
 
+@pytest.mark.slow  # the 157,184-entry tokenizer and 32 GB of sparse shards: 7 s alone, 18 s under load
 def test_model_free_checks_pass_paper_grid_published_folder(tmp_path):
     """grids/llada2_math.yaml against LLaDA2.0-mini's published config and tokenizer ids, with
     every published tensor's header (sparse shards): the gate's whole preparation passes."""

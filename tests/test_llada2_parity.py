@@ -28,10 +28,12 @@ torch = pytest.importorskip("torch")
 import peers  # noqa: E402  (tests/peers.py)
 import peers_llada2  # noqa: E402
 from peers import one_thread  # noqa: E402,F401  (an autouse fixture)
-from pytest_redline.engines.autoregressive import encode  # noqa: E402
+from pytest_redline.engines.common import encode  # noqa: E402
 from pytest_redline.engines.block_diffusion import BlockDiffusionEngine  # noqa: E402
 from pytest_redline.engines.flowblock import FlowBlockEngine  # noqa: E402
 from pytest_redline.suites.arithmetic import ArithmeticSuite  # noqa: E402
+
+pytestmark = pytest.mark.slow  # two tiny MoE folders, the published model and its generate: 12 s of CPU in all
 
 BLOCK, GEN, THRESHOLD = 4, 8, 0.9
 SMALL = {"base": 100, "vocab_size": 128, "peak": 10.0}  # specials at 100..103: EOS 100, <|mask|> 103
@@ -39,7 +41,7 @@ SMALL = {"base": 100, "vocab_size": 128, "peak": 10.0}  # specials at 100..103: 
 
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory):
-    peers.need_peers()
+    peers.need_peers("the published LLaDA2.0 / LLaDA2.1 modeling code and official generate")
     out = tmp_path_factory.mktemp("llada2")
     build = peers.builder()
     return {"2.0": build.llada2(out / "llada2", **SMALL), "2.1": build.llada21(out / "llada21", seed=1, **SMALL)}
