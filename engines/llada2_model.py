@@ -11,8 +11,10 @@ outputs weighted and summed in float32; logits returned in float32.
 
 The mixture is batched by expert: the (token, slot) pairs are sorted by expert once and each
 active expert runs one gate-and-up matmul (its gate and up projections are stacked) and one down
-matmul over its tokens. The decoder takes the engines' additive 4-D block masks and a
-``DynamicCache`` (``cache``), as the stock transformers decoders the engines drive.
+matmul over its tokens (inference only: the parameters are loaded without gradients). The
+decoder takes the engines' additive 4-D block masks and a ``DynamicCache`` (``cache``), as the
+stock transformers decoders the engines drive; grouped-query attention runs in SDPA
+(``enable_gqa``), without copies of the key and value heads.
 
 ``expert_bias`` is a buffer kept in float32 (float64 in a float64 model), so a bf16 load does not
 round it. Loading from a published folder is in ``llada2_load``; the config in ``llada2_config``.
@@ -100,10 +102,8 @@ class Attention(nn.Module):
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
         if cache is not None:
             k, v = cache.update(k, v, self.layer)
-        groups = self.heads // self.kv_heads
-        if groups > 1:
-            k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.head_dim**-0.5)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.head_dim**-0.5,
+                                             enable_gqa=self.heads != self.kv_heads)
         return self.dense(out.transpose(1, 2).reshape(batch, length, -1))
 
 
@@ -175,13 +175,12 @@ class Experts(nn.Module):
         counts = torch.bincount(flat, minlength=self.gate_up.shape[0]).tolist()
         rows = x[order // k]
         out = torch.empty_like(rows)
-        start = 0
+        start, inner = 0, self.intermediate
         for expert, count in enumerate(counts):
             if count == 0:
                 continue
-            chunk = rows[start : start + count]
-            gate, up = (chunk @ self.gate_up[expert].t()).split(self.intermediate, dim=-1)
-            out[start : start + count] = (F.silu(gate) * up) @ self.down[expert].t()
+            h = torch.mm(rows[start : start + count], self.gate_up[expert].t())
+            torch.mm(F.silu(h[:, :inner]).mul_(h[:, inner:]), self.down[expert].t(), out=out[start : start + count])
             start += count
         slots = torch.empty_like(out)
         slots[order] = out
