@@ -181,3 +181,14 @@ def test_bf16_load_keeps_router_bias_float32_and_counts_active_experts(small):
     routed = 2 * cfg.num_experts * 3 * cfg.hidden_size * cfg.moe_intermediate_size // 2  # one MoE layer
     routed = cfg.num_experts * 3 * cfg.hidden_size * cfg.moe_intermediate_size
     assert active_layer_params(model) == layers - routed + routed * cfg.num_experts_per_tok / cfg.num_experts
+
+
+def test_key_value_heads_zero_llada21_maps_llada20_refuses(tmp_path):
+    """LLaDA2.1's configuration maps num_key_value_heads 0 to the query heads; LLaDA2.0's code
+    would divide by it: refused, naming the field."""
+    from pytest_redline.engines import llada2_config
+
+    config = peers.builder().llada2_config("2.1", num_key_value_heads=0)
+    assert llada2_config.model_config(config, tmp_path / "config.json")["num_key_value_heads"] == config["num_attention_heads"]
+    with pytest.raises(llada2_config.FolderError, match=r"config.json: num_key_value_heads: expected a divisor of num_attention_heads 16, got 0"):
+        llada2_config.model_config({**config, "model_type": "llada2_moe"}, tmp_path / "config.json")
