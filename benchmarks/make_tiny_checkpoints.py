@@ -1,6 +1,6 @@
 """Tiny random checkpoints in the published folder layouts of SDAR, Dream, LLaDA and DiffusionGemma.
 
-    python benchmarks/make_tiny_checkpoints.py OUT_DIR        # writes OUT_DIR/{sdar,dream,llada,diffusion_gemma}
+    python benchmarks/make_tiny_checkpoints.py OUT_DIR        # writes OUT_DIR/{sdar,dream,llada,llada2,llada21,diffusion_gemma}
 
 Each folder carries the published ``config.json`` fields (model_type, architectures, auto_map,
 block_size, mask_token_id, ...) with tiny sizes, and the weights under the published names:
@@ -12,6 +12,13 @@ block_size, mask_token_id, ...) with tiny sizes, and the weights under the publi
   auto_map, mask_token_id), Qwen2 weight names with q/k/v biases, the character tokenizer.
 - ``llada``: LLaDA-8B-Instruct's config.json fields (model_type ``llada``, ``LLaDAModelLM``,
   OLMo-style names ``model.transformer.blocks.N.q_proj`` ...), the character tokenizer.
+- ``llada2`` / ``llada21``: LLaDA2.0-mini's / LLaDA2.1-mini's config.json fields (model_type
+  ``llada2_moe`` / ``llada21_moe``, ``LLaDA2MoeModelLM``, auto_map, the MoE and RoPE fields) with
+  tiny sizes, built with our own model (``engines/llada2_model.py``) and saved under the
+  published names in sharded safetensors with an index; ``generation_config.json`` (EOS 156892);
+  a character tokenizer whose specials sit at the published ids (``<|endoftext|>`` = EOS = pad
+  156892, ``<|mask|>`` 156895; vocabulary rows 157,184) and an ``<role>`` chat template. With
+  ``base`` small (the parity tests) the same specials follow the characters directly.
 - ``diffusion_gemma``: a ``DiffusionGemmaForBlockDiffusion`` with a tiny ``Gemma4VisionConfig``
   (with ``vision_config=None`` it would build a 167M-parameter vision tower) and a MoE-only text
   config (``num_experts``, ``top_k_experts``, ``moe_intermediate_size``), save_pretrained.
@@ -182,7 +189,169 @@ def diffusion_gemma(folder: str | Path, seed: int = 0, canvas_length: int = 8) -
     return folder
 
 
-BUILDERS = {"sdar": sdar, "dream": dream, "llada": llada, "diffusion_gemma": diffusion_gemma}
+LLADA2_BASE, LLADA2_VOCAB = 156892, 157184  # the published EOS id (the first special) and vocabulary rows
+LLADA2_SPECIALS = ("<|endoftext|>", "<role>", "</role>", "<|mask|>")  # ids base .. base + 3
+LLADA2_TEMPLATE = (
+    "{% for m in messages %}<role>{{ {'user': 'HUMAN', 'assistant': 'ASSISTANT', 'system': 'SYSTEM'}[m['role']] }}</role>"
+    "{{ m['content'] }}{% endfor %}{% if add_generation_prompt %}<role>ASSISTANT</role>{% endif %}"
+)
+LLADA2_TINY = {
+    "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 16,
+    "intermediate_size": 64, "num_experts": 16, "num_experts_per_tok": 4, "num_shared_experts": 1,
+    "moe_intermediate_size": 16, "n_group": 4, "topk_group": 2, "first_k_dense_replace": 1,
+}
+
+
+def llada2_config(version: str = "2.0", vocab_size: int = LLADA2_VOCAB, eos: int = LLADA2_BASE, **sizes) -> dict:
+    """LLaDA2.0-mini's (or LLaDA2.1-mini's) published config.json fields, with ``sizes`` replacing the sizes."""
+    kind = "llada2_moe" if version == "2.0" else "llada21_moe"
+    config = {
+        "architectures": ["LLaDA2MoeModelLM"],
+        "auto_map": {"AutoConfig": f"configuration_{kind}.LLaDA2MoeConfig", "AutoModel": f"modeling_{kind}.LLaDA2MoeModel",
+                     "AutoModelForCausalLM": f"modeling_{kind}.LLaDA2MoeModelLM"},
+        "model_type": kind, "hidden_size": 2048, "num_hidden_layers": 20, "num_attention_heads": 16,
+        "num_key_value_heads": 4, "head_dim": 128, "partial_rotary_factor": 0.5, "rope_theta": 600000,
+        "first_k_dense_replace": 1, "intermediate_size": 5120, "num_experts": 256, "num_experts_per_tok": 8,
+        "num_shared_experts": 1, "moe_intermediate_size": 512, "n_group": 8, "topk_group": 4,
+        "score_function": "sigmoid", "routed_scaling_factor": 2.5, "norm_topk_prob": True, "use_qk_norm": True,
+        "use_qkv_bias": False, "use_bias": False, "moe_router_enable_expert_bias": True, "rms_norm_eps": 1e-06,
+        "tie_word_embeddings": False, "vocab_size": vocab_size, "pad_token_id": eos, "hidden_act": "silu",
+        "max_position_embeddings": 16384, "rope_scaling": None, "torch_dtype": "bfloat16", "use_cache": False,
+        "max_window_layers": 20, "use_sliding_window": False, "output_router_logits": False,
+    }
+    config.update(sizes)
+    return config
+
+
+def llada2_tokenizer(folder: Path, base: int = LLADA2_BASE):
+    """A character tokenizer with LLaDA2's specials at ``base`` .. ``base + 3`` (ids between the
+    characters and ``base`` are unused fillers) and an ``<role>`` chat template."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from training.tokenizer import CHARACTERS
+
+    vocab = {token: i for i, token in enumerate(("<unk>",) + tuple(CHARACTERS))}
+    if base < len(vocab):
+        raise ValueError(f"base: expected at least {len(vocab)} (the characters), got {base}")
+    vocab.update({f"<|filler_{i}|>": i for i in range(len(vocab), base)})
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
+    tok.decoder = decoders.Fuse()
+    tok.add_special_tokens(list(LLADA2_SPECIALS))
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>", pad_token="<|endoftext|>",
+                                        unk_token="<unk>", padding_side="left", model_max_length=16384)
+    tokenizer.chat_template = LLADA2_TEMPLATE
+    folder.mkdir(parents=True, exist_ok=True)
+    tokenizer.save_pretrained(folder)
+    return tokenizer
+
+
+def save_sharded(state: dict, folder: Path, shards: int) -> None:
+    """The published layout: ``model-0000i-of-0000n.safetensors`` and ``model.safetensors.index.json``."""
+    from safetensors.torch import save_file
+
+    names = list(state)
+    per = -(-len(names) // shards)
+    weight_map, total = {}, 0
+    for i in range(shards):
+        file = f"model-{i + 1:05d}-of-{shards:05d}.safetensors"
+        part = {n: state[n].contiguous() for n in names[i * per : (i + 1) * per]}
+        save_file(part, str(folder / file), metadata={"format": "pt"})
+        weight_map.update(dict.fromkeys(part, file))
+        total += sum(t.numel() * t.element_size() for t in part.values())
+    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
+
+
+def published_state(model) -> dict:
+    """Our model's tensors under the published names (the stacked experts split per expert)."""
+    state = {}
+    for name, tensor in model.state_dict().items():
+        if name.endswith("mlp.experts.gate_up"):
+            prefix, inner = name[: -len("gate_up")], tensor.shape[1] // 2
+            for e in range(tensor.shape[0]):
+                state[f"{prefix}{e}.gate_proj.weight"] = tensor[e, :inner]
+                state[f"{prefix}{e}.up_proj.weight"] = tensor[e, inner:]
+        elif name.endswith("mlp.experts.down"):
+            for e in range(tensor.shape[0]):
+                state[f"{name[: -len('down')]}{e}.down_proj.weight"] = tensor[e]
+        elif not (name == "lm_head.weight" and model.config.tie_word_embeddings):
+            state[name] = tensor
+    return state
+
+
+def llada2(folder: str | Path, version: str = "2.0", seed: int = 0, std: float = 0.4, peak: float = 1.0,
+           base: int = LLADA2_BASE, vocab_size: int = LLADA2_VOCAB, shards: int = 2, dtype: str = "float32",
+           **config_changes) -> Path:
+    """A tiny LLaDA2.0 (``version="2.0"``) or LLaDA2.1 (``"2.1"``) folder in the published layout."""
+    from pytest_redline.engines import llada2_config as checks
+    from pytest_redline.engines.llada2_load import build
+
+    folder = Path(folder)
+    llada2_tokenizer(folder, base)
+    config = llada2_config(version, vocab_size, base, **{**LLADA2_TINY, **config_changes})
+    _write_config(folder, config)
+    generation = {"bos_token_id": base, "eos_token_id": base, "pad_token_id": base, "mask_token_id": None}
+    (folder / "generation_config.json").write_text(json.dumps({k: v for k, v in generation.items() if v is not None}, indent=2) + "\n")
+    model = build(checks.model_config(config, folder / "config.json"), dtype=getattr(torch, dtype))
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        for name, tensor in model.named_parameters():
+            if "norm" in name:
+                tensor.fill_(1.0)
+            else:
+                torch.nn.init.normal_(tensor, std=std)
+        for name, tensor in model.named_buffers():
+            torch.nn.init.normal_(tensor, std=0.1)  # expert_bias: it changes the choice, not the weights
+        model.lm_head.weight.mul_(peak)
+    state = {k: v.to(getattr(torch, dtype)) for k, v in published_state(model).items()}
+    save_sharded(state, folder, shards)
+    return folder
+
+
+def llada2_published(folder: str | Path, version: str = "2.0", shards: int = 4, **sizes) -> Path:
+    """LLaDA2.0-mini's (or 2.1-mini's) published config.json, generation config and tokenizer
+    layout, and shards holding every published tensor's safetensors header but no data (sparse
+    files of the published sizes, ~32 GB each folder in bf16, ~0 on disk): enough for every
+    model-free check, nothing to load. ``sizes`` replace published sizes (a smoke run on a CPU)."""
+    import struct
+
+    from pytest_redline.engines import llada2_config as checks
+
+    folder = Path(folder)
+    llada2_tokenizer(folder)
+    config = llada2_config(version, **sizes)
+    _write_config(folder, config)
+    (folder / "generation_config.json").write_text(json.dumps({"eos_token_id": LLADA2_BASE, "pad_token_id": LLADA2_BASE}) + "\n")
+    shapes = checks.expected_shapes(checks.model_config(config, folder / "config.json"))
+    names = sorted(shapes)
+    per = -(-len(names) // shards)
+    weight_map = {}
+    for i in range(shards):
+        file = f"model-{i + 1:05d}-of-{shards:05d}.safetensors"
+        header, offset = {}, 0
+        for name in names[i * per : (i + 1) * per]:
+            size = 2 * int(torch.tensor(shapes[name]).prod())
+            header[name] = {"dtype": "BF16", "shape": list(shapes[name]), "data_offsets": [offset, offset + size]}
+            offset += size
+            weight_map[name] = file
+        raw = json.dumps(header).encode()
+        raw += b" " * (-len(raw) % 8)
+        with open(folder / file, "wb") as handle:
+            handle.write(struct.pack("<Q", len(raw)) + raw)
+            handle.truncate(8 + len(raw) + offset)
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}) + "\n")
+    return folder
+
+
+def llada21(folder: str | Path, **kwargs) -> Path:
+    return llada2(folder, version="2.1", **kwargs)
+
+
+BUILDERS = {"sdar": sdar, "dream": dream, "llada": llada, "llada2": llada2, "llada21": llada21, "diffusion_gemma": diffusion_gemma}
 
 
 def main() -> None:

@@ -105,7 +105,8 @@ def cut_at_eos(answer: Sequence[int], eos: frozenset[int]) -> tuple[list[int], b
 
 class BlockDiffusionEngine(BlockDiffusionSpec):
     """``BlockDiffusionEngine(model=PATH, device="auto", dtype="auto", mask_token_id=None,
-    trust_remote_code=False, trace=None, threads=None)``; the model defaults to the embedded bd-tiny.
+    trust_remote_code=False, trace=None, threads=None, eos_token_id=None)``; the model defaults to
+    the embedded bd-tiny. ``eos_token_id`` replaces the EOS ids the checkpoint declares.
     ``threads`` sets torch's intra-op threads (see ``common.set_threads``). Its name,
     config, rules version and model-free methods are in ``diffusion_spec.BlockDiffusionSpec``."""
 
@@ -120,16 +121,18 @@ class BlockDiffusionEngine(BlockDiffusionSpec):
         trust_remote_code: bool = False,
         trace: str | Path | None = None,
         threads: int | None = None,
+        eos_token_id: int | None = None,
     ):
         set_threads(threads, self.name)
         self.path = Path(model) if model is not None else runtime.EMBEDDED_MODEL
         # what the checkpoint declares (family, block size, mask id), then its stock-class loader
-        self.checkpoint = checkpoints.inspect(self.path, mask_token_id)
+        self.checkpoint = checkpoints.inspect(self.path, mask_token_id, eos_token_id)
         self.model, self.tokenizer = checkpoints.load(self.checkpoint, device, dtype, trust_remote_code)
         self.device = next(self.model.parameters()).device
         self.dtype = next(self.model.parameters()).dtype
         self.mask_id = self._mask_token_id(self.checkpoint.mask_token_id)
-        self.eos_ids = eos_ids(self.model, self.tokenizer, str(self.path))
+        declared_eos = self.checkpoint.eos_token_id  # LLaDA2's (one EOS, as its generate), or the grid's
+        self.eos_ids = frozenset([declared_eos]) if declared_eos is not None else eos_ids(self.model, self.tokenizer, str(self.path))
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else min(self.eos_ids)
         self.trace_path = Path(trace) if trace is not None else None
         self._fingerprint: str | None = None

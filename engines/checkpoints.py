@@ -15,17 +15,20 @@ dream     model_type ``Dream`` / ``DreamModel``      stock ``Qwen2ForCausalLM``,
                                                      Dream's shifted logits (:class:`ShiftedDecoder`)
 llada     model_type ``llada`` / ``LLaDAModelLM``    stock ``LlamaForCausalLM``, weights renamed
                                                      (:data:`LLADA_NAMES`), full attention
-llada2    ``llada2_moe`` / ``LLaDA2MoeModelLM``      refused: no stock class (BailingMoeV2 MoE)
+llada2    ``llada2_moe`` / ``llada21_moe`` /         the native model of ``llada2_model`` (no stock
+          ``LLaDA2MoeModelLM``                       class exists; checks in ``llada2_config``)
 native    anything else                              the Auto classes (``trust_remote_code`` as given)
 ========  =========================================  ==========================================
 
-The remote code of SDAR, Dream and LLaDA is never run: SDAR's imports ``flash_attn`` and
+The remote code of SDAR, Dream, LLaDA and LLaDA2 is never run: SDAR's and LLaDA2's import
 ``transformers.modeling_attn_mask_utils`` (gone in transformers 5.x). Declared values:
-``block_size`` (SDAR's config; none for Dream and LLaDA, which were trained without blocks),
-``mask_token_id`` (config.json, else generation_config.json, else the tokenizer's mask token) and
-the chat template (the tokenizer's). A grid may override the block size (a config's
-``block_size``) and the mask id (``engine_args.mask_token_id``); :meth:`Checkpoint.describe` is
-what the engines report, and the JSON report shows it.
+``block_size`` (SDAR's config; none for Dream and LLaDA, which were trained without blocks;
+LLaDA2: its official generate's 32), ``mask_token_id`` (config.json, else generation_config.json,
+else the tokenizer's mask token; LLaDA2: the tokenizer's ``<|mask|>``), LLaDA2's EOS
+(generation_config.json, else the tokenizer's) and the chat template (the tokenizer's). A grid
+may override the block size (a config's ``block_size``), the mask id
+(``engine_args.mask_token_id``) and the EOS (``engine_args.eos_token_id``);
+:meth:`Checkpoint.describe` is what the engines report, and the JSON report shows it.
 
 Decoding LLaDA or Dream with a block-causal cache is Fast-dLLM's prefix-cache approximation: both
 were trained with full attention over the whole canvas (docs/checkpoints.md).
@@ -40,10 +43,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 FAMILIES = ("sdar", "dream", "llada", "llada2", "native")
-REFUSED = {
-    "llada2": "LLaDA2 (BailingMoeV2 MoE) has no stock class in transformers and its published remote code does not "
-    "load on transformers 5.x; no engine of pytest-redline can serve it (docs/checkpoints.md)",
-}
+REFUSED: dict[str, str] = {}  # family -> why no engine can serve it
 # config.json keys of the published folders that the stock classes must not see
 REMOTE_KEYS = ("auto_map", "model_type", "architectures", "attn_implementation", "torch_dtype", "dtype", "transformers_version")
 
@@ -85,6 +85,9 @@ class Checkpoint:
     mask_token_id: int | None  # the value used: the override, else the declared one
     mask_source: str  # where mask_token_id came from
     chat_template: str | None  # sha256 of the tokenizer's chat template, None without one
+    eos_token_id: int | None = None  # LLaDA2, or engine_args.eos_token_id: the EOS the engines use
+    eos_source: str = ""
+    block_source: str = "config.json:block_size"
 
     @property
     def logit_shift(self) -> int:
@@ -97,6 +100,7 @@ class Checkpoint:
             "sdar": "Qwen3ForCausalLM (stock)",
             "dream": "Qwen2ForCausalLM (stock) + full attention + shifted logits",
             "llada": "LlamaForCausalLM (stock, LLaDA names mapped) + full attention",
+            "llada2": "LLaDA2MoeLM (native, engines/llada2_model.py; no remote code)",
         }.get(self.family, "AutoModelForCausalLM")
 
     def describe(self) -> dict[str, Any]:
@@ -108,6 +112,10 @@ class Checkpoint:
             "mask_token_id": self.mask_token_id,
             "mask_token_source": self.mask_source,
             "chat_template": self.chat_template or "none",
+            **({"remote_code": "ignored: the native loader never runs the folder's code (trust_remote_code has no effect)"}
+               if self.family == "llada2" else {}),
+            **({"declared_block_source": self.block_source, "eos_token_id": self.eos_token_id,
+                "eos_token_source": self.eos_source} if self.eos_token_id is not None else {}),
         }
 
 
@@ -126,7 +134,7 @@ def detect(config: Mapping[str, Any]) -> str:
     """The family from ``model_type`` and ``architectures`` (see the module table)."""
     kind = str(config.get("model_type", "")).lower()
     archs = " ".join(config.get("architectures") or []).lower()
-    if kind in ("llada2_moe", "bailing_moe_v2", "llada2") or "llada2" in archs or "bailingmoev2" in archs:
+    if kind in ("llada2_moe", "llada21_moe", "bailing_moe_v2", "llada2") or "llada2" in archs or "bailingmoev2" in archs:
         return "llada2"
     if kind == "sdar" or "sdarforcausallm" in archs:
         return "sdar"
@@ -137,7 +145,7 @@ def detect(config: Mapping[str, Any]) -> str:
     return "native"
 
 
-def inspect(path: str | Path, mask_token_id: int | None = None) -> Checkpoint:
+def inspect(path: str | Path, mask_token_id: int | None = None, eos_token_id: int | None = None) -> Checkpoint:
     """Read a checkpoint folder's declared values; a :class:`CheckpointError` names what is wrong."""
     folder = Path(path)
     config_file = folder / "config.json"
@@ -150,11 +158,48 @@ def inspect(path: str | Path, mask_token_id: int | None = None) -> Checkpoint:
     if family == "llada":
         _check_llada(config, config_file)
     block_size = _block_size(config, config_file)
-    mask, source = _mask(folder, config, mask_token_id, family)
+    extra: dict[str, Any] = {}
+    if family == "llada2":
+        extra = _llada2(folder, config, config_file, block_size, eos_token_id)
+        block_size = extra.pop("block_size")
+    elif eos_token_id is not None:
+        extra = {"eos_token_id": _id(eos_token_id, Path("engine_args"), "eos_token_id"), "eos_source": "engine_args.eos_token_id"}
+    declared_mask = extra.pop("mask", None)
+    if mask_token_id is None and declared_mask is not None:
+        mask, source = declared_mask
+    else:
+        mask, source = _mask(folder, config, mask_token_id, family)
     vocab = config.get("vocab_size") if family != "llada" else config.get("embedding_size") or config.get("vocab_size")
     if mask is not None and isinstance(vocab, int) and not 0 <= mask < vocab:
         raise CheckpointError(f"{folder / source.split(':')[0]}: mask_token_id: expected an id below vocab_size {vocab}, got {mask}")
-    return Checkpoint(folder, family, config, block_size, mask, source, _chat_template(folder))
+    return Checkpoint(folder, family, config, block_size, mask, source, _chat_template(folder), **extra)
+
+
+def _llada2(folder: Path, config: Mapping[str, Any], config_file: Path, block_size: int | None,
+            eos_override: int | None) -> dict[str, Any]:
+    """LLaDA2's checks (config flags, every weight's name and shape) and declared values: the
+    block length of the official generate, the tokenizer's <|mask|>, the generation config's EOS."""
+    from pytest_redline.engines import llada2_config
+
+    try:
+        llada2_config.check_weights(folder, llada2_config.model_config(config, config_file), config_file)
+    except llada2_config.FolderError as e:
+        raise CheckpointError(str(e)) from None
+    values: dict[str, Any] = {"block_size": block_size}
+    if block_size is None:
+        values.update(block_size=llada2_config.GENERATE_BLOCK, block_source="LLaDA2 generate() default block_length")
+    mask, where = llada2_config.declared_mask(folder)
+    if mask is not None:
+        values["mask"] = (mask, where)
+    if eos_override is not None:
+        values.update(eos_token_id=_id(eos_override, Path("engine_args"), "eos_token_id"), eos_source="engine_args.eos_token_id")
+    else:
+        eos, where = llada2_config.declared_eos(folder, config)
+        if eos is None:
+            raise CheckpointError(f"{folder / 'generation_config.json'}: eos_token_id: missing (nor the tokenizer's eos_token "
+                                  "or config.json's eos_token_id); pass engine_args.eos_token_id")
+        values.update(eos_token_id=eos, eos_source=where)
+    return values
 
 
 def _block_size(config: Mapping[str, Any], config_file: Path) -> int | None:
@@ -180,7 +225,7 @@ def _mask(folder: Path, config: Mapping[str, Any], override: int | None, family:
     token = _tokenizer_mask(folder)
     if token is not None:
         return token, "tokenizer:mask_token"
-    if family in ("sdar", "dream", "llada"):
+    if family in ("sdar", "dream", "llada", "llada2"):
         raise CheckpointError(
             f"{folder / 'config.json'}: mask_token_id: missing (nor in generation_config.json or the tokenizer's "
             f"mask_token); a {family} checkpoint must declare its mask token, or pass engine_args.mask_token_id"
@@ -188,9 +233,9 @@ def _mask(folder: Path, config: Mapping[str, Any], override: int | None, family:
     return None, "none (the engine reads the tokenizer's)"
 
 
-def _id(value: Any, file: Path) -> int:
+def _id(value: Any, file: Path, key: str = "mask_token_id") -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise CheckpointError(f"{file}: mask_token_id: expected an int >= 0, got {value!r}")
+        raise CheckpointError(f"{file}: {key}: expected an int >= 0, got {value!r}")
     return value
 
 
@@ -238,7 +283,7 @@ def check_engine_args(engine_args: Mapping[str, Any]) -> Checkpoint | None:
     model = engine_args.get("model")
     if model is None:
         return None
-    return inspect(model, engine_args.get("mask_token_id"))
+    return inspect(model, engine_args.get("mask_token_id"), engine_args.get("eos_token_id"))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -256,6 +301,13 @@ def load(checkpoint: Checkpoint, device: str = "auto", dtype: str | Any = "auto"
 
     dev = modeling.select_device(device)
     dt = modeling.select_dtype(dtype, dev)
+    if checkpoint.family == "llada2":
+        from pytest_redline.engines import llada2_config, llada2_load
+
+        try:
+            return llada2_load.load(checkpoint, dev, dt), load_tokenizer(checkpoint.folder)
+        except llada2_config.FolderError as e:
+            raise CheckpointError(str(e)) from None
     config = stock_config(checkpoint)
     tokenizer = load_tokenizer(checkpoint.folder)
     if checkpoint.family == "llada":

@@ -143,13 +143,14 @@ FLOW_DEFAULTS = defaults(FlowConfig)
 
 class BlockDiffusionSpec(EngineSpec):
     """``BlockDiffusionEngine(model=PATH, device="auto", dtype="auto", mask_token_id=None,
-    trust_remote_code=False, trace=None, threads=None)``; the model defaults to the embedded bd-tiny."""
+    trust_remote_code=False, trace=None, threads=None, eos_token_id=None)``; the model defaults to
+    the embedded bd-tiny. ``eos_token_id`` replaces the EOS ids the checkpoint declares."""
 
     name = "block_diffusion"
     engine = "pytest_redline.engines.block_diffusion:BlockDiffusionEngine"
     rules = "2: diffulex multi_bd"  # enters the outcome key (describe): bump when decoding rules change
     Config = DecodeConfig
-    engine_args = {"model": None, "device": "auto", "dtype": "auto", "mask_token_id": None,
+    engine_args = {"model": None, "device": "auto", "dtype": "auto", "mask_token_id": None, "eos_token_id": None,
                    "trust_remote_code": False, "trace": None, "threads": None}
 
     @classmethod
@@ -159,7 +160,7 @@ class BlockDiffusionSpec(EngineSpec):
         weight hashes are cached in ``cache_dir`` (``runtime.WeightHashes``)."""
         args = cls.arguments(engine_args, cache_dir)
         path = Path(args["model"]) if args["model"] is not None else runtime.EMBEDDED_MODEL
-        declared = checkpoints.inspect(path, args["mask_token_id"]).describe()
+        declared = checkpoints.inspect(path, args["mask_token_id"], args["eos_token_id"]).describe()
         return runtime.identity(cls.name, args["device"], args["dtype"], [path], model=path, rules=cls.rules, **declared)
 
     mode = ""  # FlowBlock's and BlockBatch's (their configs have no schedule)
@@ -178,6 +179,9 @@ class BlockDiffusionSpec(EngineSpec):
         and the field. Returns what the checkpoint declares, ``block_size_used``, the block
         size (BlockBatch: sizes) the config ``params`` decodes with, and its ``decode_mode``; None
         for the embedded model."""
+        if "device_map" in engine_args:
+            raise ValueError("device_map: sharding a model across devices is not supported; an engine runs on one "
+                             "device (engine_args.device), e.g. cuda:0 (docs/checkpoints.md)")
         checkpoint = checkpoints.check_engine_args(engine_args)
         if checkpoint is None:
             return None
