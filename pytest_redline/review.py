@@ -73,29 +73,32 @@ def _grid_section(v: GridVerdict, rep: Mapping[str, Any], prov: Mapping[str, Any
     cal = v.cal
     parts = [f'<section class="grid" id="grid-{index}">',
              f"<h2>{_e(cal.grid.name)} <small>{_e(cal.label)}</small></h2>",
-             _verdict_box(v, rep), _config_table(rep),
-             '<div class="charts">', _risk_chart(rep), _sweep_chart(v, rep), "</div>",
+             _verdict_box(v, rep, prov), _config_table(v, rep),
+             '<div class="charts">', _risk_chart(v, rep), _sweep_chart(v, rep), "</div>",
              _regressions(v, rep, index), _grid_provenance(cal, rep, prov), "</section>"]
     return "\n".join(parts)
 
 
-def _verdict_box(v: GridVerdict, rep: Mapping[str, Any]) -> str:
+def _verdict_box(v: GridVerdict, rep: Mapping[str, Any], prov: Mapping[str, Any]) -> str:
+    from pytest_redline.report import best_cost
+
     mode = rep["deploy_mode"]
+    trade = _trade(v, rep)
     if not rep["complete"]:
         head, cls = "PARTIAL: nothing is certified", "partial"
     elif mode == "gate":
         ok = rep["certified"]
-        head = f"{rep['deploy']} is {'CERTIFIED' if ok else 'NOT CERTIFIED'}"
+        head = f"{rep['deploy']} is {'CERTIFIED' if ok else 'NOT CERTIFIED'}" + (trade if ok else "")
         cls = "certified" if ok else "not-certified"
     elif mode == "all":
-        head = "every candidate is CERTIFIED" if rep["certified"] else (
+        head = f"every candidate is CERTIFIED; deploy {rep['deployed']}{trade}" if rep["certified"] else (
             "NOT CERTIFIED: " + ", ".join(rep["not_certified"]))
         cls = "certified" if rep["certified"] else "not-certified"
     else:
-        head, cls = f"deploy {rep['deployed']}", "certified" if rep["certified"] else "not-certified"
+        head, cls = f"deploy {rep['deployed']}{trade}", "certified" if rep["certified"] else "not-certified"
     facts = [
         ("mode", {"gate": "gate (the pull request's config must be certified)", "all": "all (every candidate must be certified)",
-                  "select": "select (the fastest valid config is deployed)"}.get(mode, mode)),
+                  "select": f"select (the best-cost valid config is deployed: {best_cost(rep['cost'], rep['direction'])})"}.get(mode, mode)),
         ("alpha", _num(rep["alpha"])), ("delta", _num(rep["delta"]) + (
             f" (this grid's share: {_num(rep['delta_share'])})" if rep.get("delta_share") != rep["delta"] else "")),
         ("n prompts", rep["n"]), ("m configs", rep["m"]), ("correction", rep["correction"]),
@@ -105,8 +108,8 @@ def _verdict_box(v: GridVerdict, rep: Mapping[str, Any]) -> str:
     ]
     spend = rep.get("spend") or {}
     if spend.get("naive_forwards"):
-        facts.append(("GPU spend", f"{spend.get('forwards', 0):,.0f} forwards against {spend['naive_forwards']:,.0f} "
-                                   f"for the naive grid ({_num(spend.get('ratio'))}x)"))
+        facts.append(("spend", f"{spend.get('forwards', 0):,.0f} forwards (model calls) against {spend['naive_forwards']:,.0f} "
+                               f"for the full grid ({_num(spend.get('ratio'))}x); {_device_text(v, prov)}"))
     if rep.get("missing"):
         facts.append(("missing items", f"{len(rep['missing'])} (first: {rep['missing'][0]['config']} :: "
                                        f"{rep['missing'][0]['prompt']}, {rep['missing'][0]['reason']})"))
@@ -123,12 +126,48 @@ def _verdict_box(v: GridVerdict, rep: Mapping[str, Any]) -> str:
     return f'<div class="verdict {cls}"><p class="head">{_e(head)}</p><table class="facts">{rows}</table></div>'
 
 
+def _trade(v: GridVerdict, rep: Mapping[str, Any]) -> str:
+    """The deployed config's gain and accuracy cost, as the terminal's verdict line gives them."""
+    entry = next((c for c in rep["configs"] if c["name"] == rep.get("deployed")), None)
+    if entry is None or v.result is None:
+        return ""
+    if entry["name"] == rep["reference"]:
+        return " (the reference)"
+    from pytest_redline import text
+
+    gain, points = entry.get("gain"), entry.get("net_accuracy_points")
+    if gain is None or points is None:
+        return ""
+    return f": {text.gain(gain, v.result.gain_kind)} {rep['cost']}, {points:+.1f} accuracy points"
+
+
+def _device_text(v: GridVerdict, prov: Mapping[str, Any]) -> str:
+    """Where the forwards were spent: this run's decodes on the device its engines report; a
+    replay's forwards are the recorded run's (nothing ran now)."""
+    if v.cal.replayed:
+        return "replayed: the recorded run's forwards, none decoded now"
+    devices = set()
+    for known in prov.get("configs", {}).values():
+        identity = (known or {}).get("identity") or {}
+        runtime = identity.get("runtime") or {}
+        device = runtime.get("device") or identity.get("device")
+        if device:
+            devices.add(str(device))
+    where = ", ".join(sorted(devices)) if devices else "the device the engines used (not reported here)"
+    decoded = (v.spend.decoded_forwards or 0) if v.spend is not None else 0
+    seconds = v.spend.decode_seconds if v.spend is not None else 0.0
+    return f"decoded now: {decoded:,.0f} forwards in {seconds:.1f} s on {where}"
+
+
 COLUMNS = (("config", "name"), ("params", "params"), ("V", "violations"), ("risk upper", "risk_upper"),
            ("p-value", "p_value"), ("Holm p", "p_adjusted"), ("valid", "valid"), ("status", "status"), ("accuracy", "accuracy"),
            ("cost", "cost"), ("gain", "gain"), ("decode s", "decode_seconds"))
 
 
-def _config_table(rep: Mapping[str, Any]) -> str:
+def _config_table(v: GridVerdict, rep: Mapping[str, Any]) -> str:
+    decoded = {name: 0 for name in v.cal.configs}
+    for (config, _), entry in v.record.entries.items():
+        decoded[config] += entry.source == "decoded"
     head = "".join(f'<th data-col="{i}">{_e(label)}</th>' for i, (label, _) in enumerate(COLUMNS))
     body = []
     for c in rep["configs"]:
@@ -151,7 +190,9 @@ def _config_table(rep: Mapping[str, Any]) -> str:
             elif key == "valid":
                 text = "valid" if value else ("NOT valid" if value is not None else "")
             elif key == "gain" and value is not None:
-                text = f"{value:.3g}x" if rep.get("direction") == "lower" else f"{value:+.1f}%"
+                text = f"{value:.3g}x" if _gain_kind(v, rep) == "factor" else f"{value:+.1f}%"
+            elif key == "decode_seconds" and value is not None and not decoded[c["name"]]:
+                text, value = "reused", -1.0  # nothing decoded now: the store's (or the replay's) outcomes
             else:
                 text = _num(value) if isinstance(value, float) else ("" if value is None else str(value))
             sort = value if isinstance(value, (int, float)) and not isinstance(value, bool) else text
@@ -159,56 +200,24 @@ def _config_table(rep: Mapping[str, Any]) -> str:
         label = " ".join(marks)
         body.append(f'<tr class="{label}" title="{_e(label)}">{"".join(cells)}</tr>')
     note = ("Marks: reference (R), deployed (*), NOT valid (not certified). Accuracy, cost and gain are "
-            "all-prompt figures; empty where a config was not decoded on every prompt (the JSON report has "
+            "all-prompt figures; decode s is this session's decoding time, 'reused' where every outcome came from "
+            "the store; empty where a config was not decoded on every prompt (the JSON report has "
             "the subset figures). Click a header to sort.")
     return (f'<table class="configs sortable"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
             f'<p class="note">{_e(note)}</p>')
 
 
-# --------------------------------------------------------------------------- charts (inline SVG)
-
-W, H, PAD, RIGHT = 480, 260, 56, 90  # RIGHT: room for point labels
+# --------------------------------------------------------------------------- charts (inline SVG: review_charts)
 
 
-def _axes(xmin: float, xmax: float, ymin: float, ymax: float, xlabel: str, ylabel: str) -> tuple[Any, Any, str]:
-    xmax = xmax if xmax > xmin else xmin + 1
-    ymax = ymax if ymax > ymin else ymin + 1
-    sx = lambda x: PAD + (x - xmin) / (xmax - xmin) * (W - PAD - RIGHT)  # noqa: E731
-    sy = lambda y: H - PAD - (y - ymin) / (ymax - ymin) * (H - 2 * PAD)  # noqa: E731
-    ticks = []
-    for k in range(5):
-        x = xmin + k * (xmax - xmin) / 4
-        y = ymin + k * (ymax - ymin) / 4
-        ticks.append(f'<text x="{sx(x):.1f}" y="{H - PAD + 16}" class="tick" text-anchor="middle">{x:.3g}</text>')
-        ticks.append(f'<text x="{PAD - 6}" y="{sy(y) + 4:.1f}" class="tick" text-anchor="end">{y:.3g}</text>')
-    frame = (f'<line x1="{PAD}" y1="{H - PAD}" x2="{W - RIGHT}" y2="{H - PAD}" class="axis"/>'
-             f'<line x1="{PAD}" y1="{PAD}" x2="{PAD}" y2="{H - PAD}" class="axis"/>'
-             f'<text x="{W / 2}" y="{H - 8}" text-anchor="middle" class="label">{_e(xlabel)}</text>'
-             f'<text x="12" y="{H / 2}" text-anchor="middle" class="label" transform="rotate(-90 12 {H / 2})">{_e(ylabel)}</text>'
-             + "".join(ticks))
-    return sx, sy, frame
+def _gain_kind(v: GridVerdict, rep: Mapping[str, Any]) -> str:
+    return v.result.gain_kind if v.result is not None else ("factor" if rep.get("direction") == "lower" else "percent")
 
 
-def _risk_chart(rep: Mapping[str, Any]) -> str:
-    points = [(c["name"], c.get("gain"), c.get("risk_upper")) for c in rep["configs"]]
-    points = [(n, g, r) for n, g, r in points if _finite(g) and _finite(r)]
-    if not points:
-        return '<figure class="chart"><figcaption>Risk against gain: no config has both figures.</figcaption></figure>'
-    alpha = rep["alpha"]
-    gains, risks = [g for _, g, _ in points], [r for _, _, r in points]
-    sx, sy, frame = _axes(min(gains + [0.0]), max(gains + [0.0]), 0.0, max(risks + [alpha]) * 1.1,
-                          f"gain ({rep['cost']})", "risk upper bound")
-    dots = []
-    for name, g, r in points:
-        cls = "dot ok" if r <= alpha else "dot bad"
-        dots.append(f'<circle cx="{sx(g):.1f}" cy="{sy(r):.1f}" r="4" class="{cls}"><title>{_e(name)}: gain {g:.3g}, '
-                    f'risk upper {r:.4f}</title></circle>'
-                    f'<text x="{sx(g) + 6:.1f}" y="{sy(r) - 5:.1f}" class="pt">{_e(name)}</text>')
-    line = (f'<line x1="{PAD}" y1="{sy(alpha):.1f}" x2="{W - RIGHT}" y2="{sy(alpha):.1f}" class="alpha"/>'
-            f'<text x="{W - RIGHT}" y="{sy(alpha) - 4:.1f}" text-anchor="end" class="alpha-label">alpha = {alpha}</text>')
-    return (f'<figure class="chart"><svg viewBox="0 0 {W} {H}" role="img" aria-label="risk against gain">{frame}{line}'
-            f'{"".join(dots)}</svg><figcaption>Each config\'s risk upper bound (Clopper-Pearson, 1 - delta) '
-            f'against its gain over the reference; the line is alpha.</figcaption></figure>')
+def _risk_chart(v: GridVerdict, rep: Mapping[str, Any]) -> str:
+    from pytest_redline.review_charts import risk_chart
+
+    return risk_chart(rep["configs"], rep["alpha"], rep["deployed"], rep["cost"], _gain_kind(v, rep))
 
 
 def sweep_points(v: GridVerdict) -> list[tuple[float, str, float]] | None:
@@ -235,17 +244,9 @@ def _sweep_chart(v: GridVerdict, rep: Mapping[str, Any]) -> str:
         why = ("the run was partial" if not rep["complete"] else
                "a scheduled live run decided its early stops at this alpha only; run with --redline-full for the sweep")
         return f'<figure class="chart"><figcaption>The alpha sweep is not shown: {_e(why)}.</figcaption></figure>'
-    gains = [g for _, _, g in points]
-    sx, sy, frame = _axes(0.0, max(a for a, _, _ in points), min(gains + [0.0]), max(gains + [0.0]) or 1.0,
-                          "alpha", f"gain deployed ({rep['cost']})")
-    path = " ".join(f"{'M' if i == 0 else 'L'}{sx(a):.1f},{sy(g):.1f}" for i, (a, _, g) in enumerate(points))
-    marks = "".join(f'<circle cx="{sx(a):.1f}" cy="{sy(g):.1f}" r="2.5" class="dot ok"><title>alpha {a}: deploy {_e(d)} '
-                    f'({g:.3g})</title></circle>' for a, d, g in points)
-    now = (f'<line x1="{sx(rep["alpha"]):.1f}" y1="{PAD}" x2="{sx(rep["alpha"]):.1f}" y2="{H - PAD}" class="alpha"/>'
-           if rep["alpha"] <= points[-1][0] else "")
-    return (f'<figure class="chart"><svg viewBox="0 0 {W} {H}" role="img" aria-label="alpha sweep">{frame}{now}'
-            f'<path d="{path}" class="sweep"/>{marks}</svg><figcaption>The gain of the config deployed at each alpha '
-            f'from 0.01 to 0.30, from this run\'s outcomes (no decoding); the line is this run\'s alpha.</figcaption></figure>')
+    from pytest_redline.review_charts import sweep_chart
+
+    return sweep_chart(points, rep["alpha"], rep["cost"], _gain_kind(v, rep))
 
 
 # --------------------------------------------------------------------------- regressions
@@ -254,7 +255,8 @@ def _sweep_chart(v: GridVerdict, rep: Mapping[str, Any]) -> str:
 def _regressions(v: GridVerdict, rep: Mapping[str, Any], index: int) -> str:
     regressions = rep.get("regressions") or []
     prompts = {p.id: p for p in v.cal.prompts}
-    configs = sorted({r["config"] for r in regressions}, key=list(v.cal.configs).index)
+    first = rep.get("deployed") if rep.get("deploy_mode") != "gate" else rep.get("deploy")
+    configs = sorted({r["config"] for r in regressions}, key=lambda c: (c != first, list(v.cal.configs).index(c)))
     options = "".join(f'<option value="{_e(c)}">{_e(c)}</option>' for c in configs)
     head = (f'<h3>Regressions: {len(regressions)}</h3><div class="filters"><label>config <select class="rx-config">'
             f'<option value="">all</option>{options}</select></label> <label>search <input class="rx-search" '
@@ -383,13 +385,14 @@ section.grid{background:#fff;border:1px solid #ddd;border-radius:6px;padding:8px
 table{border-collapse:collapse}table.facts th{text-align:left;padding:2px 12px 2px 0;font-weight:500;color:#555;vertical-align:top}
 table.configs{margin-top:12px;width:100%}table.configs th,table.configs td{border-bottom:1px solid #eee;padding:4px 6px;text-align:right}
 table.configs td{white-space:nowrap}table.configs td:nth-child(2){white-space:normal}
-table.configs th{cursor:pointer;background:#f2f2f2;user-select:none}table.configs td:first-child,table.configs td:nth-child(2){text-align:left}
+table.configs th{cursor:pointer;background:#f2f2f2;user-select:none;white-space:nowrap}table.configs td:first-child,table.configs td:nth-child(2){text-align:left}
 table.configs td:nth-child(2){font-family:ui-monospace,monospace;font-size:12px}
 tr.deployed td:first-child::after{content:" *";font-weight:700}tr.reference td:first-child::after{content:" R"}
 tr.deployed{background:#e8f5ec}tr.not-valid{background:#fdecea}.note{color:#666;font-size:12px}
 .charts{display:flex;flex-wrap:wrap;gap:12px}figure.chart{margin:8px 0;max-width:480px}svg{width:100%;height:auto}
 .axis{stroke:#444}.tick{font-size:10px;fill:#555}.label{font-size:11px;fill:#333}.alpha{stroke:#b3261e;stroke-dasharray:4 3}
 .alpha-label{font-size:10px;fill:#b3261e}.dot.ok{fill:#1f7a3a}.dot.bad{fill:#b3261e}.pt{font-size:9px;fill:#333}
+.ring{fill:none;stroke:#111;stroke-width:2}.pt.deployed{font-weight:700;fill:#111}.leader{stroke:#999;stroke-width:.7}
 .sweep{fill:none;stroke:#1f5fa8;stroke-width:2}details{margin:6px 0}summary{cursor:pointer;font-weight:500}
 article.rx{border-top:1px solid #eee;padding:6px 0}.side{display:flex;gap:12px}.side>div{flex:1;min-width:0}
 pre{white-space:pre-wrap;word-break:break-word;background:#f6f6f6;padding:6px;border-radius:4px;margin:4px 0}

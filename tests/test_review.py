@@ -24,6 +24,7 @@ pytest_plugins = ["pytester"]
 ROOT = Path(__file__).resolve().parents[1]
 PUBLISHED = ROOT / "tests" / "data" / "redline" / "llada2_math.csv"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+SEVEN = ("acc85/semi70", "acc85/semi90", "acc90/semi70", "acc90/semi90", "acc95/semi70", "acc95/semi90", "acc99/semi90")
 
 
 def _replay_grid(pytester, configs: str = "[acc95/semi90, acc85/semi70, acc99/semi90]") -> None:
@@ -47,6 +48,37 @@ def test_a_partial_run_still_writes_the_page_and_marks_it_partial(pytester, run_
     assert result.ret == 1
     page = (pytester.path / "page.html").read_text()
     assert '<h1 id="verdict">REDLINE PARTIAL</h1>' in page and "PARTIAL: nothing is certified" in page
+
+
+def test_the_page_tells_the_trade_the_spend_and_reuse_and_leads_with_the_deployed_regressions(pytester, run_gate):
+    """The headline gives the gain and the accuracy cost; the spend says what was spent and where (a
+    replay: nothing now), never "GPU spend"; a rerun's decode s reads 'reused'; the deployed
+    config's regressions come first though it is last in the grid; the mode says best-cost.
+    On the published outcomes' first 100 GSM8K prompts (fast)."""
+    rows = PUBLISHED.read_text().splitlines()
+    keep = {f"gsm8k/{i}" for i in range(100)}
+    (pytester.path / "first100.csv").write_text("\n".join([rows[0]] + [r for r in rows[1:] if r.split(",")[1] in keep]) + "\n")
+    pytester.makefile(".yaml", published=(
+        "name: llada2-first100\nengine: replay\nengine_args: {outcomes: first100.csv}\ncost: tpf\n"
+        "reference: acc95/semi90\nconfigs: [acc95/semi90, acc99/semi90, acc85/semi70]\ndeploy: fastest\n"))
+    args = ("--redline-alpha=0.2", "--redline-grid=published.yaml", "--redline-report=report.json")
+    first = run_gate(*args, "--redline-html=first.html")
+    rerun = run_gate(*args, "--redline-html=page.html")
+    assert first.ret == rerun.ret == 0
+    report = json.loads((pytester.path / "report.json").read_text())
+    deployed = next(c for c in report["configs"] if c["name"] == report["deployed"])
+    assert deployed["name"] == "acc85/semi70"
+    page = (pytester.path / "page.html").read_text()
+    assert (f'<p class="head">deploy acc85/semi70: {deployed["gain"]:+.1f}% tpf, '
+            f'{deployed["net_accuracy_points"]:+.1f} accuracy points</p>') in page
+    assert "GPU spend" not in page and "fastest" not in page
+    assert "select (the best-cost valid config is deployed: highest tpf)" in page
+    assert re.search(r"<th>spend</th><td>[\d,]+ forwards \(model calls\) against [\d,]+ for the full grid \([\d.]+x\); "
+                     r"replayed: the recorded run&#x27;s forwards, none decoded now</td>", page)
+    assert page.count('<td data-sort="-1.0">reused</td>') == 3
+    assert ">reused</td>" not in (pytester.path / "first.html").read_text()  # the first run replayed them now
+    groups = re.findall(r'<details class="rx-group" data-config="([^"]+)"', page)
+    assert groups == ["acc85/semi70", "acc99/semi90"]
 
 
 def _browser():
@@ -76,6 +108,9 @@ def _open(path: Path, shot: str, tmp_path: Path) -> dict:
             seen["groups"] = page.eval_on_selector_all(
                 "details.rx-group", "els => els.map(g => [g.dataset.config, Array.from(g.querySelectorAll('article.rx')).map("
                 "a => [a.querySelector('h4').textContent, Array.from(a.querySelectorAll('pre.output')).map(p => p.textContent)])])")
+            seen["labels"] = page.eval_on_selector_all(  # each chart's point labels, as Chromium laid out their text
+                "svg", "svgs => svgs.map(s => [s.viewBox.baseVal.width, s.viewBox.baseVal.height, Array.from("
+                "s.querySelectorAll('text.pt')).map(t => {const b = t.getBBox(); return [t.textContent, b.x, b.y, b.width, b.height]})])")
             page.click("table.configs th[data-col='2']")  # sorting runs without an error
             page.select_option("select.rx-config", index=1)  # so does the filter
             page.eval_on_selector_all("details.rx-group", "els => els.forEach(g => g.open = true)")
@@ -90,6 +125,11 @@ def _open(path: Path, shot: str, tmp_path: Path) -> dict:
 def _check_page(seen: dict, report: dict, live: bool) -> None:
     assert all(url.startswith("file://") for url in seen["requests"]), seen["requests"]  # no network
     assert seen["errors"] == []
+    for width, height, labels in seen["labels"]:  # no label overlaps another or leaves the figure
+        assert all(x >= 0 and y >= 0 and x + w <= width and y + h <= height for _, x, y, w, h in labels), labels
+        for i, (a, ax, ay, aw, ah) in enumerate(labels):
+            for b, bx, by, bw, bh in labels[i + 1:]:
+                assert ax + aw <= bx or bx + bw <= ax or ay + ah <= by or by + bh <= ay, (a, b)
     assert [row.rstrip(" *R") for row in seen["rows"]] == [c["name"] for c in report["configs"]]
     on_page = {(config, prompt): outputs for config, articles in seen["groups"] for prompt, outputs in articles}
     for r in report["regressions"]:
@@ -101,13 +141,16 @@ def _check_page(seen: dict, report: dict, live: bool) -> None:
 @pytest.mark.slow  # the browser
 def test_the_page_of_a_replayed_published_grid_renders_in_chromium(pytester, run_gate, tmp_path):
     _browser()
-    _replay_grid(pytester)
+    _replay_grid(pytester, "[" + ", ".join(SEVEN) + "]")  # the paper's grid: five points crowd the chart
     result = run_gate("--redline-alpha=0.1", "--redline-grid=published.yaml", "--redline-html=page.html",
                       "--redline-report=report.json")
     assert result.ret == 0
     report = json.loads((pytester.path / "report.json").read_text())
     seen = _open(pytester.path / "page.html", "review-replay.png", tmp_path)
-    assert seen["verdict"] == "REDLINE CERTIFIED" and seen["heads"] == ["deploy acc85/semi70"]
+    assert seen["verdict"] == "REDLINE CERTIFIED" and seen["heads"] == ["deploy acc85/semi70: +37.5% tpf, -4.0 accuracy points"]
+    assert sorted(t for _, _, labels in seen["labels"] for t, *_ in labels) == sorted(
+        n + " (deployed)" * (n == "acc85/semi70") for n in SEVEN)
+    assert seen["groups"][0][0] == "acc85/semi70"  # the deployed config's regressions first
     assert len(report["regressions"]) > 0
     _check_page(seen, report, live=False)
 
@@ -140,7 +183,10 @@ def test_the_page_of_a_live_embedded_grid_shows_both_outputs_of_every_regression
     seen = _open(pytester.path / "page.html", "review-embedded.png", tmp_path)
     certified = report["certified"]
     assert seen["verdict"] == ("REDLINE CERTIFIED" if certified else "REDLINE NOT CERTIFIED")
-    assert seen["heads"] == [f"acc65/semi70 is {'CERTIFIED' if certified else 'NOT CERTIFIED'}"]
+    gated = next(c for c in report["configs"] if c["name"] == "acc65/semi70")
+    trade = f": {gated['gain']:+.1f}% tpf, {gated['net_accuracy_points']:+.1f} accuracy points" if certified else ""
+    assert seen["heads"] == [f"acc65/semi70 is {'CERTIFIED' if certified else 'NOT CERTIFIED'}{trade}"]
     _check_page(seen, report, live=True)
     page = (pytester.path / "page.html").read_text()
     assert re.search(r"rule: [a-z]", page)  # the scoring rule of each answer is shown
+    assert re.search(r"decoded now: [\d,]+ forwards in [\d.]+ s on cpu</td>", page)  # where the spend went (not "GPU")

@@ -1,0 +1,97 @@
+"""The review page's charts (pytest_redline.review_charts): round ticks, a gain axis that says
+what it shows, the deployed point ringed, and point labels that neither overlap nor leave the
+figure, checked geometrically with the boxes matplotlib's renderer gives the labels' text
+(DejaVu Sans, the sans-serif Chromium uses here) at the positions the layout chose."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from pytest_redline import review_charts as rc
+from pytest_redline.review_charts import Box
+
+# The published llada2_math grid at alpha 0.1: (name, gain %, risk upper); five points within
+# 30 % and 0.006 of each other, where the old labels overlapped and one was clipped.
+PUBLISHED = [("acc85/semi70", 37.5, 0.0837), ("acc85/semi90", 32.9, 0.0868), ("acc90/semi70", 24.0, 0.0858),
+             ("acc90/semi90", 17.4, 0.0889), ("acc95/semi70", 3.9, 0.0879), ("acc95/semi90", 0.0, 0.0023),
+             ("acc99/semi90", -25.3, 0.0753)]
+CROWDED = [(f"cc{80 + k}/semi{90 - k}", 1.0 + 0.2 * k, 0.05 + 0.001 * k) for k in range(12)]  # one clump
+
+
+def _chart(points, deployed, alpha=0.1, kind="percent", cost="tpf"):
+    configs = [{"name": n, "gain": g, "risk_upper": r} for n, g, r in points]
+    return rc.risk_chart(configs, alpha, deployed, cost, kind)
+
+
+def _text_boxes(svg: str) -> list[tuple[str, Box]]:
+    """Each point label's box as matplotlib renders its text (1 px = 1 pt at 72 dpi)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(rc.W / 72, rc.H / 72), dpi=72)
+    canvas = FigureCanvasAgg(fig)
+    texts = []
+    for x, y, cls, name in re.findall(r'<text x="([\d.]+)" y="([\d.]+)" class="(pt(?: deployed)?)">([^<]*)</text>', svg):
+        t = fig.text(float(x) / rc.W, 1 - float(y) / rc.H, name.replace("&#x27;", "'"), fontsize=rc.LABEL_PX,
+                     family="DejaVu Sans", weight="bold" if "deployed" in cls else "normal", va="baseline")
+        texts.append((name, t))
+    renderer = canvas.get_renderer()
+    out = []
+    for name, t in texts:
+        e = t.get_window_extent(renderer)  # display coordinates: y up from the bottom
+        out.append((name, Box(e.x0, rc.H - e.y1, e.x1, rc.H - e.y0)))
+    return out
+
+
+def _dots(svg: str) -> list[tuple[float, float, float]]:
+    return [(float(x), float(y), float(r)) for x, y, r in re.findall(r'<circle cx="([\d.]+)" cy="([\d.]+)" r="([\d.]+)"', svg)]
+
+
+@pytest.mark.parametrize("points, deployed", [(PUBLISHED, "acc85/semi70"), (CROWDED, "cc85/semi85"),
+                                              (PUBLISHED + CROWDED, "acc85/semi70")])
+def test_labels_rendered_by_matplotlib_neither_overlap_nor_leave_the_figure(points, deployed):
+    svg = _chart(points, deployed)
+    boxes = _text_boxes(svg)
+    assert {name for name, _ in boxes} == {n for n, _, _ in points if n != deployed} | {f"{deployed} (deployed)"}
+    figure = Box(0, 0, rc.W, rc.H)
+    for name, box in boxes:
+        assert box.inside(figure), (name, box)
+    for i, (a, box_a) in enumerate(boxes):
+        for b, box_b in boxes[i + 1:]:
+            assert not box_a.meets(box_b), (a, b, box_a, box_b)
+        for x, y, r in _dots(svg):  # nor over a point (the deployed one's ring included)
+            assert not box_a.meets(Box(x - r, y - r, x + r, y + r)), (a, x, y)
+
+
+def test_the_width_bound_holds_for_dejavu_sans():
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6, 2), dpi=72)
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    names = [n for n, _, _ in PUBLISHED + CROWDED] + ["MMMM wide/WW", "gemma-2b@int4 %", "i.l|!", "Qwen2.5-0.5B (deployed)"]
+    for name in names:
+        for bold in (False, True):
+            t = fig.text(0, 0, name, fontsize=rc.LABEL_PX, family="DejaVu Sans", weight="bold" if bold else "normal")
+            assert t.get_window_extent(renderer).width <= rc.text_width(name, bold=bold), name
+
+
+def test_round_ticks_and_a_gain_axis_that_says_percent():
+    assert rc.nice_ticks(-25.3, 37.5) == [-40.0, -20.0, 0.0, 20.0, 40.0]
+    assert rc.nice_ticks(0.0, 9.32) == [0.0, 2.5, 5.0, 7.5, 10.0]  # not 3.11 / 6.21 / 9.32
+    assert rc.nice_ticks(0.0, 0.30) == [0.0, 0.1, 0.2, 0.3]
+    svg = _chart([("ref", 0.0, 0.01), ("a", 9.32, 0.05), ("b", 4.0, 0.2)], "a")
+    ticks = re.findall(r'class="tick" text-anchor="middle">([^<]*)<', svg)
+    assert ticks == ["0.0%", "2.5%", "5.0%", "7.5%", "10.0%"]
+    assert "gain over the reference (% tpf)" in svg and "gain (tpf)" not in svg
+    factor = _chart([("ref", 1.0, 0.01), ("small", 2.81, 0.05)], "small", kind="factor", cost="memory_gb")
+    assert "gain over the reference (x, memory_gb)" in factor
+    assert re.findall(r'class="tick" text-anchor="middle">([^<]*)<', factor)[-1].endswith("x")
+
+
+def test_the_deployed_point_is_ringed_and_its_label_bold():
+    svg = _chart(PUBLISHED, "acc85/semi70")
+    assert svg.count('class="ring"') == 1
+    assert re.search(r'class="dot ok deployed"><title>acc85/semi70: [^<]*\(deployed\)</title>', svg)
+    assert re.search(r'class="pt deployed">acc85/semi70 \(deployed\)</text>', svg)
