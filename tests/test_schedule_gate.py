@@ -166,7 +166,7 @@ def test_prompts_needed_over_limit_said_not_computed(project: Project) -> None:
     project.grid(suite_args="{n: 200}", configs=f"{{ref: {{}}, near: {{forwards: 5, wrong: [{wrong}]}}}}", deploy="near")
     result = project.run(ALPHA, "--redline-full", "--redline-report=report.json")
     assert result.ret == 1
-    result.stdout.fnmatch_lines(["*near*NOT valid*over 20000 prompts would be needed to certify it at this risk"])
+    result.stdout.fnmatch_lines(["*near*NOT valid*over 20000 prompts would be needed to certify it at risk 0.0950"])
     near = by_name(project.report())["near"]
     assert (near["prompts_needed"], near["prompts_needed_over"]) == (None, 20000)
 
