@@ -95,21 +95,20 @@ def layout_labels(points: Sequence[tuple[str, float, float, bool]], obstacles: S
             if box is not None:
                 break
         leader = box is None or reach > 14
-        if box is None:  # crowded: the first free row of the frame, as near the point as it gets
-            rows = sorted((frame.y0 + k * h for k in range(int((frame.y1 - frame.y0) // h))), key=lambda r: abs(r - y))
-            for row in rows:
-                for bx0 in sorted((frame.x0, min(max(x - w / 2, frame.x0), frame.x1 - w), frame.x1 - w), key=lambda c: abs(c - x)):
-                    candidate = Box(bx0, row, bx0 + w, row + h)
-                    if free(candidate):
-                        box = candidate
-                        break
-                if box is not None:
-                    break
+        if box is None:  # crowded: the free slot of the frame nearest the point (a leader line joins them)
+            slots = [Box(bx0, by0, bx0 + w, by0 + h) for by0 in _steps(frame.y0, frame.y1 - h, h / 2)
+                     for bx0 in _steps(frame.x0, frame.x1 - w, 6)]
+            slots.sort(key=lambda b: math.hypot((b.x0 + b.x1) / 2 - x, (b.y0 + b.y1) / 2 - y))
+            box = next((b for b in slots if free(b)), None)
         if box is None:  # no room anywhere: the point's tooltip still names it
             continue
         placed.append(Label(text, box, (x, y), leader))
         taken.append(box)
     return placed
+
+
+def _steps(lo: float, hi: float, step: float) -> list[float]:
+    return [lo + k * step for k in range(int((hi - lo) // step) + 1)] if hi >= lo else []
 
 
 def _label_text(name: str, deployed: bool) -> str:
