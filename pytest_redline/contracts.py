@@ -157,6 +157,16 @@ class EngineFactory(Protocol):
       outcome, the only ones in the outcome key (an endpoint's URL and retries are not).
     - ``wall_time_costs: tuple[str, ...]``: the ``Generation.extra`` columns that are measured
       wall time; the report calls a ranking by them an estimate.
+    - ``cost_bounds(engine_args, params) -> Mapping[str, tuple[float, float] | str] | None``
+      (static or classmethod, model-free): hard bounds, per config and before decoding, on each
+      prompt's cost fields: ``tokens``, ``forwards``, ``tokens_per_forward`` (the prompt's
+      ``tokens / max(forwards, 1)``) and any ``Generation.extra`` column, each as ``(low, high)``
+      (``high`` may be ``math.inf``) or ``"constant"`` (the same value on every prompt of the
+      config, e.g. weight memory). Give only bounds that always hold: the gate checks every
+      decoded prompt, and one outside its bounds is an engine error (the run is partial and
+      certifies nothing). The scheduled run uses them to settle the deployment without decoding
+      every contender on every prompt (``pytest_redline.costbounds``); an engine without them
+      keeps the rule that decodes every valid candidate everywhere.
     """
 
     def __call__(self, **engine_args: Any) -> Engine: ...

@@ -290,7 +290,8 @@ def hint_line(v: GridVerdict) -> str | None:
     best = v.result.deployed_index
     open_ = v.best_valid_open
     if open_:  # gate mode decodes only the named config for cost: the best is not settled
-        return (f"hint: the best-cost valid config is {v.result.names[best]} or one of {', '.join(open_)} (valid, "
+        others = open_[0] if len(open_) == 1 else f"one of {', '.join(open_)}"
+        return (f"hint: the best-cost valid config is {v.result.names[best]} or {others} (valid, "
                 "not decoded for cost in gate mode; their cost intervals are in the table)")
     return "hint: " + _deploy_text(v, best, "the best-cost valid config is") + (
         " (what deploy: fastest would serve)" if best != v.deployed_index else "")

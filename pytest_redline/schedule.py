@@ -25,10 +25,42 @@ configs and the reference, by costs on all n prompts. A candidate's cost on the 
 ran on is a biased estimate of that (it skipped the prompts the reference gets wrong, which
 are often the long ones), and nothing bounds the cost of the prompts it skipped, so every
 valid candidate could beat the current best. So once every schedule has run, the valid set
-is known (:func:`contenders`) and each valid candidate, the *contenders*, is decoded on
-the prompts it skipped. The reference ran on all prompts already. For deterministic
-engines and costs the scheduled run then deploys what the full run deploys; a measured
-wall time differs between any two runs, so there the ranking is an estimate either way.
+is known (:func:`contenders`), and the valid candidates, the *contenders*, are decoded on
+the prompts they skipped until the deployment is decided. The reference ran on all prompts
+already, so its cost is exact.
+
+Contenders decided by intervals (:mod:`pytest_redline.costbounds`). When the engine declares
+hard bounds on each prompt's cost fields, a contender's all-prompt cost lies in an interval:
+its decoded prompts exactly, the rest anywhere the bounds allow (a mean cost: a sum; the
+pooled tpf: the extremes of a linear-fractional program, found exactly). The intervals are
+exact (``Fraction``s of the stored numbers) and nested: decoding a prompt replaces the range
+its bounds allowed by a value inside it, since every decoded prompt is checked against its
+bounds (one outside makes the run partial). :func:`~pytest_redline.costbounds.standing` drops a
+contender c when (1) its best end does not beat the reference (the reference wins ties), (2)
+with ``min_gain`` its best end cannot reach it, or (3) another contender d, sure to reach
+``min_gain``, has a worst end better than c's best, or equal to it and d listed first. The full
+run's deployment is the best true cost among the valid configs and the reference, strictly
+better than the reference, ties to the first listed: (1) c cannot beat the reference, (2) c
+is not eligible, (3) d is valid and eligible and at least as good as c, ties going to d, so c is
+not deployed. Since the intervals only shrink, a drop stays justified to the end. The decoder
+decodes, batch by batch, the contender left with the best possible cost, until at most one is
+left; that one is then decoded everywhere (unless its interval is already a point, as for a
+declared constant such as weight memory), so its cost, and whether it beats the reference, is
+exact. The deployment is then the full run's: every dropped contender is provably not it, and
+the selection among the rest (the reference, the one left, with exact costs) is the full run's
+rule on the full run's costs. The verdict makes the dropped contenders ineligible, which
+changes no valid set (eligibility only narrows the choice). This assumes true bounds on the
+prompts never decoded; ``--redline-full`` is the audit. An engine without bounds gives
+``(-inf, inf)``: such a contender is never dropped and is decoded everywhere, today's rule.
+Gate mode decodes only the named config for cost (its gain is reported exactly; the other
+valid configs show intervals and the hint says which may beat it); ``all`` mode reports a
+deployment, so it decides the contenders as ``select`` does.
+
+For deterministic engines and costs the scheduled run deploys what the full run deploys; a
+measured wall time differs between any two runs, so there the ranking is an estimate either way.
+Two limits: the verdict's final selection compares float costs (``OutcomeTable.cost``), so two
+contenders whose all-prompt costs differ by a rounding error could be ordered differently
+than their exact intervals order them; and min_gain's float test likewise at its exact edge.
 
 Plain numpy; no pytest, no store. ``Decoder`` drives :meth:`Schedule.run` with a fetch
 function, and the verdict checks every stop again with :meth:`StopRule.decide`.

@@ -3,8 +3,14 @@ with declared constants decodes no contender, and scheduled runs deploy what --r
 while decoding less (fakes: tests/redline_fakes)."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 from redline_fakes import Project
+from test_schedule import random_table
+
+from pytest_redline.outcomes import OutcomeTable
 
 pytest_plugins = ["pytester"]
 
@@ -72,3 +78,73 @@ def test_memory_grid_with_declared_constants_decodes_no_contender(project: Proje
     assert decoded(project) == 240 - 3 * 8 - two["schedule"]["skipped"]["early_stop"]  # nothing where the reference is wrong
     assert all(not set(c["prompts"]) & {"q1", "q2", "q9"} for c in calls if c["config"]["memory_gb"] != 4.0)
     assert by_name(two)["half"]["valid"] and by_name(two)["half"]["prompts_run"] == 52
+
+
+def banded_table(seed: int, m: int, n: int):
+    """A random table whose configs' per-prompt costs lie in bands of their own (what bounds
+    separate): a reference (row 0) wrong on some prompts, candidates with assorted risks."""
+    rng = np.random.default_rng(seed)
+    base = random_table(seed, m, n)
+    forwards = rng.integers(5, 12, size=(m, n)).astype(float)
+    rate = rng.uniform(1.0, 4.0, size=(m, 1))
+    tokens = np.floor(forwards * (rate + rng.uniform(0.0, rng.choice([0.05, 0.5]), size=(m, n))))
+    memory = np.repeat(rng.integers(1, 9, size=(m, 1)).astype(float), n, axis=1)
+    return OutcomeTable(base.configs, base.prompts, base.correct, tokens, forwards, {"memory_gb": memory})
+
+
+def live_grid(project: Project, m: int, cost: str, bounds: bool, filename: str) -> None:
+    names = ", ".join(f"c{i}: {{config: c{i}}}" for i in range(m))
+    project.grid(f"name: live\nsuite: table\nsuite_args: {{outcomes: table.csv}}\nengine: table\n"
+                 f"engine_args: {{outcomes: table.csv, bounds: {str(bounds).lower()}}}\ncost: {cost}\n"
+                 f"{'direction: lower' + chr(10) if cost == 'memory_gb' else ''}reference: c0\nbatch_size: 8\n"
+                 f"configs: {{{names}}}\ndeploy: fastest\n", filename=filename)
+
+
+@pytest.mark.slow  # three gates per example, over 5 s in all
+@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 2**32 - 1), m=st.integers(2, 5), n=st.integers(60, 160), alpha=st.sampled_from([0.1, 0.2]),
+       cost=st.sampled_from(["tpf", "apf", "memory_gb"]))
+@example(seed=3, m=5, n=160, alpha=0.2, cost="tpf")  # the bounds save decoding here (asserted below)
+def test_bounded_scheduled_run_deploys_what_full_run_does(project: Project, seed, m, n, alpha, cost) -> None:
+    """Random tables served live with true declared bounds: scheduled (bounds on), scheduled
+    (bounds off) and --redline-full give the same valid set and deployed config, and the
+    bounds never decode more than the rule without them."""
+    banded_table(seed, m, n).write_csv(project.path / "table.csv")
+    live_grid(project, m, cost, True, "bounded.yaml")
+    live_grid(project, m, cost, False, "unbounded.yaml")
+    common = ("--redline-no-cache", f"--redline-alpha={alpha}")
+    assert project.run("--redline-grid=bounded.yaml", *common, "--redline-full", "--redline-report=full.json").ret == 0
+    assert project.run("--redline-grid=bounded.yaml", *common, "--redline-report=bounded.json").ret == 0
+    assert project.run("--redline-grid=unbounded.yaml", *common, "--redline-report=unbounded.json").ret == 0
+    full, bounded, unbounded = (project.report(f"{name}.json") for name in ("full", "bounded", "unbounded"))
+    assert [c["valid"] for c in bounded["configs"]] == [c["valid"] for c in full["configs"]]
+    assert bounded["deployed"] == full["deployed"] == unbounded["deployed"]
+    deployed = by_name(bounded)[bounded["deployed"]]
+    assert deployed["cost"] == pytest.approx(by_name(full)[full["deployed"]]["cost"])
+    spent = {name: report["outcomes"]["decoded"] for name, report in (("bounded", bounded), ("unbounded", unbounded))}
+    assert spent["bounded"] <= spent["unbounded"]
+    for entry in bounded["configs"]:  # a settled contender's interval holds its true all-prompt cost
+        if entry.get("cost_interval"):
+            low, high = (x if x is not None else float("nan") for x in entry["cost_interval"])
+            true = by_name(full)[entry["name"]]["cost"]
+            assert not low > true * (1 + 1e-12) and not high < true * (1 - 1e-12)
+    if (seed, m, n, alpha, cost) == (3, 5, 160, 0.2, "tpf"):
+        assert spent["bounded"] < spent["unbounded"]
+
+
+def test_gate_mode_decodes_only_the_named_config_for_cost(project: Project) -> None:
+    bounds = "bounds: {tokens: [10, 10], forwards: [1, 10], tokens_per_forward: [1, 10]}"
+    project.grid(configs=f"{{ref: {{forwards: 10, wrong: [q1, q2, q40], {bounds}}}, fast: {{forwards: 5, wrong: [q3], {bounds}}}, "
+                         f"also: {{forwards: 4, wrong: [q5], {bounds}}}}}", deploy="fast")
+    result = project.run(ALPHA, "--redline-report=report.json")
+    assert result.ret == 0
+    report = project.report()
+    configs = by_name(report)
+    assert (configs["fast"]["prompts_run"], configs["also"]["prompts_run"]) == (60, 57)
+    assert configs["fast"]["cost"] == 2.0 and "cost_interval" not in configs["fast"]
+    also = configs["also"]
+    assert also["cost"] is None and also["cost_decided"] == "gate mode: decoded for the verdict only"
+    assert also["cost_interval"] == [pytest.approx(600 / 258), pytest.approx(600 / 231)]  # 3 prompts left: 10 tokens in 1 to 10 forwards
+    assert report["best_valid_open"] == ["also"]
+    result.stdout.fnmatch_lines(["*also*valid*certified*[[]2.326, 2.597[]]*[[]+132.6, +159.7[]]%*",
+                                 "hint: the best-cost valid config is fast or also (valid, not decoded for cost in gate mode*"])
