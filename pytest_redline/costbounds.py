@@ -28,7 +28,7 @@ import math
 import numbers
 from fractions import Fraction
 from itertools import combinations
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 CONSTANT = "constant"
 RATIO = "tokens_per_forward"
@@ -248,6 +248,33 @@ def standing(
                     out[c] = f"beaten for certain by {names[d] if names is not None else d}"
                     break
     return out
+
+
+def settle(
+    m: int,
+    reference: int,
+    contenders: Sequence[int],
+    interval_of: Callable[[int], Interval],
+    waiting: Callable[[int], bool],
+    decode_next: Callable[[int], None],
+    lower_is_better: bool,
+    min_gain: float | None = None,
+    names: Sequence[str] | None = None,
+) -> tuple[list[Interval], dict[int, str], list[int]]:
+    """Decode the contenders, a batch at a time, until at most one can still be deployed.
+
+    Each step takes every config's interval (``interval_of``), drops what :func:`standing`
+    drops, and decodes the next batch (``decode_next``) of the contender left with the best
+    possible cost among those with batches left (``waiting``). Returns the last intervals, the
+    dropped contenders with why, and those left (at most one, unless batches ran out)."""
+    while True:
+        intervals = [interval_of(i) for i in range(m)]
+        out = standing(intervals, reference, contenders, lower_is_better, min_gain, names)
+        alive = [i for i in contenders if i not in out]
+        ready = [i for i in alive if waiting(i)]
+        if len(alive) <= 1 or not ready:
+            return intervals, out, alive
+        decode_next(best_high(intervals, ready, lower_is_better))
 
 
 def best_high(intervals: Sequence[Interval], alive: Sequence[int], lower_is_better: bool) -> int:

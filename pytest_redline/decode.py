@@ -217,17 +217,11 @@ class Decoder:
                 self._finish(i, rest[i])
             self._decide(valid, {i: "gate mode: decoded for the verdict only" for i in valid if i not in named})
             return
-        reference, lower = cal.configs.index(cal.reference), cal.grid.lower_is_better
-        min_gain = cal.grid.min_gain if cal.mode == "select" else None
-        while True:
-            intervals = self._intervals(valid)
-            out = costbounds.standing(intervals, reference, valid, lower, min_gain, names=cal.configs)
-            alive = [i for i in valid if i not in out]
-            waiting = [i for i in alive if rest[i]]
-            if len(alive) <= 1 or not waiting:
-                break
-            pick = costbounds.best_high(intervals, waiting, lower)
-            self._get(cal.configs[pick], [rest[pick].pop(0)])
+        intervals, out, alive = costbounds.settle(
+            cal.m, cal.configs.index(cal.reference), valid, lambda i: self._interval(i, valid), lambda i: bool(rest[i]),
+            lambda i: self._get(cal.configs[i], [rest[i].pop(0)]), cal.grid.lower_is_better,
+            cal.grid.min_gain if cal.mode == "select" else None, cal.configs,
+        )
         for i in alive:
             if intervals[i][0] != intervals[i][1]:
                 self._finish(i, rest[i])
@@ -242,27 +236,23 @@ class Decoder:
         self._get(self.cal.configs[i], batches)
         del batches[:]
 
-    def _intervals(self, valid: Sequence[int]) -> list[tuple]:
-        """Each config's all-prompt cost interval (the reference's is exact); others (-inf, inf)."""
-        cal = self.cal
-        out = []
-        for i, name in enumerate(cal.configs):
-            if name != cal.reference and i not in valid:
-                out.append((-math.inf, math.inf))
-                continue
-            decoded = list(self._outcomes[name].values())
-            out.append(costbounds.interval(cal.grid.cost, decoded, cal.n - len(decoded), self._bounds_of(name)))
-        return out
+    def _interval(self, i: int, valid: Sequence[int]) -> tuple:
+        """Config i's all-prompt cost interval (the reference's is exact; (-inf, inf) for a
+        config that is neither the reference nor valid)."""
+        cal, name = self.cal, self.cal.configs[i]
+        if name != cal.reference and i not in valid:
+            return -math.inf, math.inf
+        decoded = list(self._outcomes[name].values())
+        return costbounds.interval(cal.grid.cost, decoded, cal.n - len(decoded), self._bounds_of(name))
 
     def _decide(self, valid: Sequence[int], out: Mapping[int, str]) -> None:
         """Mark what each valid candidate ran on, and record those not decoded on every prompt."""
-        intervals = self._intervals(valid)
         for i in valid:
             name = self.cal.configs[i]
             errors = range(self.cal.n) if name in self._config_errors else [j for (c, j) in self._errors if c == name]
             self._ran[name] = set(self._outcomes[name]).union(errors)
             if len(self._outcomes[name]) < self.cal.n:
-                low, high = intervals[i]
+                low, high = self._interval(i, valid)
                 reason = out.get(i, "its cost is exact: the declared bounds fix it on the prompts not decoded")
                 self.decided[name] = {"out": i in out, "reason": reason, "low": str(low), "high": str(high)}
 
