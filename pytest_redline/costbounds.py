@@ -65,13 +65,13 @@ def parse(raw: Mapping[str, Any] | None, where: str) -> dict[str, tuple[Fraction
 def value(outcome: Any, field: str) -> Fraction | None:
     """A prompt's value of ``field`` (None when it has none)."""
     if field == RATIO:
-        t, f = outcome.tokens, outcome.forwards
-        return None if t is None or f is None else Fraction(t) / max(Fraction(f), 1)
+        t, f = value(outcome, "tokens"), value(outcome, "forwards")
+        return None if t is None or f is None else t / max(f, 1)
     if field in ("tokens", "forwards"):
         x = getattr(outcome, field)
     else:
         x = dict(outcome.extra).get(field)
-    return None if x is None else Fraction(x)
+    return None if x is None or math.isnan(x) else Fraction(x)
 
 
 def violation(bounds: Bounds, outcome: Any, first: Any | None = None) -> str | None:
@@ -275,6 +275,42 @@ def settle(
         if len(alive) <= 1 or not ready:
             return intervals, out, alive
         decode_next(best_high(intervals, ready, lower_is_better))
+
+
+def exact_choice(table: Any, kind: str, complete: Sequence[int], points: Mapping[int, Fraction],
+                 choosable: Sequence[int], reference: int, lower_is_better: bool) -> int | None:
+    """The deployment on exact costs: rows ``complete`` of ``table`` summed exactly, ``points``
+    (costs fixed by declared bounds) as given; None when a config it needs has no exact cost."""
+    need = [reference, *choosable]
+    costs = {**exact_costs(table, kind, [i for i in complete if i in need]), **points}
+    if any(i not in costs for i in need):
+        return None
+    return select_exact(costs, choosable, reference, lower_is_better)
+
+
+def exact_costs(table: Any, kind: str, rows: Sequence[int]) -> dict[int, Fraction]:
+    """The exact all-prompt cost of each config in ``rows`` of an outcome table (every cell known)."""
+    from types import SimpleNamespace
+
+    out = {}
+    for i in rows:
+        cells = [SimpleNamespace(tokens=table.tokens[i, j], forwards=table.forwards[i, j],
+                                 extra={k: v[i, j] for k, v in table.extra.items()}) for j in range(table.n)]
+        low, high = interval(kind, cells, 0, None)
+        if low == high:
+            out[i] = low
+    return out
+
+
+def select_exact(costs: Mapping[int, Fraction], choosable: Sequence[int], reference: int, lower_is_better: bool) -> int:
+    """The deployment rule (``select_deployed``) on exact costs: the best among ``choosable`` and
+    the reference, strictly better than the reference, ties to the first listed."""
+    sign = -1 if lower_is_better else 1
+    best = reference
+    for i in sorted(choosable):
+        if sign * costs[i] > sign * costs[best]:
+            best = i
+    return best
 
 
 def best_high(intervals: Sequence[Interval], alive: Sequence[int], lower_is_better: bool) -> int:

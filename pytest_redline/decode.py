@@ -115,6 +115,7 @@ class Decoder:
         self._ran: dict[str, set[int]] = {}
         self._recorded: dict[str, dict[int, StoredOutcome]] = {}
         self._bounds: dict[str, dict | None] = {}
+        self._interval_memo: dict[str, tuple[int, tuple]] = {}
         self.decided: dict[str, dict[str, str]] = {}  # valid candidates not decoded everywhere: why, and their cost interval
         identity = _suite_identity(cal)
         self.scoring = scoring_version(cal, identity["scorer"] if identity else "")
@@ -242,8 +243,12 @@ class Decoder:
         cal, name = self.cal, self.cal.configs[i]
         if name != cal.reference and i not in valid:
             return -math.inf, math.inf
-        decoded = list(self._outcomes[name].values())
-        return costbounds.interval(cal.grid.cost, decoded, cal.n - len(decoded), self._bounds_of(name))
+        decoded = self._outcomes[name]
+        count, known = self._interval_memo.get(name, (-1, None))
+        if count != len(decoded):  # outcomes only arrive: the count says whether it changed
+            known = costbounds.interval(cal.grid.cost, list(decoded.values()), cal.n - len(decoded), self._bounds_of(name))
+            self._interval_memo[name] = (len(decoded), known)
+        return known
 
     def _decide(self, valid: Sequence[int], out: Mapping[int, str]) -> None:
         """Mark what each valid candidate ran on, and record those not decoded on every prompt."""

@@ -58,9 +58,10 @@ deployment, so it decides the contenders as ``select`` does.
 
 For deterministic engines and costs the scheduled run deploys what the full run deploys; a
 measured wall time differs between any two runs, so there the ranking is an estimate either way.
-Two limits: the verdict's final selection compares float costs (``OutcomeTable.cost``), so two
-contenders whose all-prompt costs differ by a rounding error could be ordered differently
-than their exact intervals order them; and min_gain's float test likewise at its exact edge.
+The verdict makes the final selection on exact costs too (``costbounds.exact_choice``: a float
+mean of rounded ratios could otherwise order two exactly tied contenders differently from the
+intervals that settled them). One limit: ``min_gain``'s eligibility is tested in floats, so
+a contender whose exact gain is exactly ``min_gain`` could be judged differently.
 
 Plain numpy; no pytest, no store. ``Decoder`` drives :meth:`Schedule.run` with a fetch
 function, and the verdict checks every stop again with :meth:`StopRule.decide`.

@@ -402,6 +402,7 @@ def judge(record: GridRecord, spend: Spend | None = None, mode: str = "full",
                 decided={cal.configs.index(c): bool(d.get("out")) for c, d in (decided or {}).items()},
             )
             result = scheduled.result
+        result = _exact_deployment(cal, result, table if table is not None else seen, scheduled, options["eligible"], decided)
         if scheduled is None:  # integer counts, never the scaled estimate (certify_scheduled tests its own)
             reverse = risk.exceeds_budget(result.violations, cal.n, result.reference_index, cal.alpha, cal.delta_share, cal.correction)
         else:
@@ -425,6 +426,24 @@ def eligible(cal: Calibration, cost: np.ndarray) -> np.ndarray | None:
         ok = gains(cost, reference, cal.grid.lower_is_better, gain_kind(cal.grid.direction)) >= cal.grid.min_gain
     ok[reference] = True
     return ok
+
+
+def _exact_deployment(cal, result, table, scheduled, eligible, decided) -> "RedlineResult":
+    """The result with its deployment chosen on exact costs (integer token and forward sums as
+    Fractions, :func:`~pytest_redline.costbounds.exact_choice`), so that a float near-tie cannot
+    separate a scheduled run, whose contenders the exact intervals settled, from the full one."""
+    from pytest_redline import costbounds
+
+    decided = decided or {}
+    out = {cal.configs.index(c) for c, d in decided.items() if d.get("out")}
+    choosable = [i for i in range(cal.m) if i != result.reference_index and result.valid[i] and i not in out
+                 and (eligible is None or eligible[i])]
+    complete = range(cal.m) if scheduled is None else np.flatnonzero(scheduled.complete_rows)
+    points = {cal.configs.index(c): Fraction(d["low"]) for c, d in decided.items() if not d.get("out") and d["low"] == d["high"]}
+    d = costbounds.exact_choice(table, cal.grid.cost, complete, points, choosable, result.reference_index, cal.grid.lower_is_better)
+    if d is None or d == result.deployed_index:
+        return result
+    return dataclasses.replace(result, deployed_index=d, deployed=result.names[d])
 
 
 def _skip_error(record: GridRecord) -> str | None:

@@ -148,3 +148,21 @@ def test_gate_mode_decodes_only_the_named_config_for_cost(project: Project) -> N
     assert report["best_valid_open"] == ["also"]
     result.stdout.fnmatch_lines(["*also*valid*certified*[[]2.326, 2.597[]]*[[]+132.6, +159.7[]]%*",
                                  "hint: the best-cost valid config is fast or also (valid, not decoded for cost in gate mode*"])
+
+
+def test_exact_deployment_breaks_a_float_near_tie(project: Project) -> None:
+    """c1 and c2 have the same prompts' APFs in another order: equal exactly, but their float
+    means differ in the last bit (2.5799999999999996 and 2.58). The exact rule deploys c1 (ties
+    go to the first listed), scheduled with bounds and in full alike."""
+    tokens, forwards, order = [16, 19, 8, 18, 23], [4, 5, 10, 9, 10], [1, 0, 4, 2, 3]
+    rows = {"c0": (forwards, forwards), "c1": (tokens, forwards),
+            "c2": ([tokens[k] for k in order], [forwards[k] for k in order])}
+    table = OutcomeTable.from_records(
+        {"config": c, "prompt": f"p{j}", "correct": 1, "tokens": t[j], "forwards": f[j]} for c, (t, f) in rows.items() for j in range(5))
+    assert table.cost("apf")[1] < table.cost("apf")[2]  # the float means
+    table.write_csv(project.path / "table.csv")
+    live_grid(project, 3, "apf", True, "tie.yaml")
+    for extra in ((), ("--redline-full",)):
+        assert project.run("--redline-grid=tie.yaml", "--redline-alpha=0.5", "--redline-no-cache", *extra,
+                           "--redline-report=tie.json").ret == 0
+        assert project.report("tie.json")["deployed"] == "c1"
