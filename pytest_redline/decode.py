@@ -256,10 +256,13 @@ class Decoder:
             name = self.cal.configs[i]
             errors = range(self.cal.n) if name in self._config_errors else [j for (c, j) in self._errors if c == name]
             self._ran[name] = set(self._outcomes[name]).union(errors)
-            if len(self._outcomes[name]) < self.cal.n:
-                low, high = self._interval(i, valid)
+            low, high = self._interval(i, valid)
+            if len(self._outcomes[name]) < self.cal.n and (i in out or low == high):
                 reason = out.get(i, "its cost is exact: the declared bounds fix it on the prompts not decoded")
                 self.decided[name] = {"out": i in out, "reason": reason, "low": str(low), "high": str(high)}
+        if self.decided:
+            self.progress(f"redline {self.cal.grid.name}: settled by cost intervals, not decoded on every prompt: "
+                          + "; ".join(f"{name} ({d['reason']})" for name, d in self.decided.items()))
 
     def _bounds_of(self, config: str) -> dict | None:
         """The engine's declared cost bounds for the config, model-free (None: it declares none,
