@@ -3,6 +3,9 @@
 The Hypothesis profiles (``dev``, and ``ci`` when the CI environment variable is set) are
 registered in the repository's root ``conftest.py``.
 """
+import ast
+from pathlib import Path
+
 import pytest
 
 
@@ -67,3 +70,31 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.write_sep("-", f"{len(over)} tests not marked slow took over {SLOW_S:g} s: mark them @pytest.mark.slow")
         for seconds, nodeid in over:
             terminalreporter.write_line(f"{seconds:7.1f} s  {nodeid}")
+
+
+def pytest_ignore_collect(collection_path: Path, config):
+    """With ``slow`` deselected (``-m "not slow"``), a test module marked slow as a whole (a
+    top-level ``pytestmark = pytest.mark.slow``) found in a folder is not imported at all: its
+    items would all be deselected, and importing it loads torch or transformers for nothing.
+    A file named on the command line is always imported (pytest asks no hook for it)."""
+    if collection_path.suffix != ".py" or not collection_path.name.startswith("test_"):
+        return None
+    if not _deselects_slow(config.getoption("markexpr", "")):
+        return None
+    return True if _marked_slow_as_a_whole(collection_path) else None
+
+
+def _deselects_slow(markexpr: str) -> bool:
+    """Whether the ``-m`` expression deselects an item marked ``slow`` and nothing else."""
+    if not markexpr:
+        return False
+    from _pytest.mark.expression import Expression  # the parser behind -m itself
+
+    return not Expression.compile(markexpr).evaluate(lambda name, **kwargs: name == "slow" and not kwargs)
+
+
+def _marked_slow_as_a_whole(path: Path) -> bool:
+    for node in ast.parse(path.read_bytes(), filename=str(path)).body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "pytestmark" for t in node.targets):
+            return ast.unparse(node.value) == "pytest.mark.slow"
+    return False

@@ -1,10 +1,13 @@
 """FLOPs count the parameters a token runs through: on a mixture-of-experts model, the active experts only."""
 from __future__ import annotations
 
+import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
 
 from pytest_redline.engines.modeling import active_layer_params
+
+pytestmark = pytest.mark.slow  # builds Llama and Qwen3-MoE models: importing transformers' model classes costs ~5 s of CPU
 
 
 def test_moe_counts_the_active_experts_and_a_dense_model_every_parameter() -> None:

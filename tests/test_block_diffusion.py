@@ -22,6 +22,8 @@ from pytest_redline.suites.arithmetic import ArithmeticSuite
 
 import reference_decoders
 
+pytestmark = pytest.mark.slow  # every test builds the tiny model or loads the embedded one: transformers' model classes, ~5 s of CPU
+
 PROMPTS = ArithmeticSuite(n=6, seed=11).prompts()
 SHORT = {"max_new_tokens": 20}
 

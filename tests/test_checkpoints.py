@@ -24,6 +24,8 @@ from pytest_redline.engines import checkpoints
 
 torch = pytest.importorskip("torch")  # imported before pytester's in-process runs snapshot sys.modules
 
+pytestmark = pytest.mark.slow  # engine checkpoints: imports torch and transformers, loads or builds models
+
 pytest_plugins = ["pytester"]
 ROOT = Path(__file__).resolve().parent.parent
 SDAR = peers.PEERS / "sdar" / "SDAR-4B-Chat"

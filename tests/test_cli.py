@@ -142,6 +142,7 @@ def test_help_exit_0_main(capsys):
 
 
 @pytest.mark.skipif(shutil.which("redline") is None, reason="the console script is not installed")
+@pytest.mark.slow  # runs the installed console script in a subprocess: 5.7 s of wall under load
 def test_console_script_entry_point(tmp_path):
     ok = subprocess.run(["redline", "sample-size", "--alpha", "0.05", "--risk", "0.03", "--configs", "8"], capture_output=True, text=True)
     bad = subprocess.run(["redline", "select", str(tmp_path / "none.csv"), "--reference", "a", "--alpha", "0.1"], capture_output=True, text=True)

@@ -16,6 +16,8 @@ from pytest_redline.grid import load_grid
 from pytest_redline.suites.arithmetic import Problem, split_of
 from training import distill, train
 
+pytestmark = pytest.mark.slow  # training: imports torch and training.distill, which loads transformers' model classes (~5 s of CPU)
+
 ROOT = Path(__file__).resolve().parent.parent
 GRID = ROOT / "grids" / "checkpoints.yaml"
 DISTILLED = ROOT / "engines" / "models" / "bd-tiny-distilled"

@@ -17,6 +17,8 @@ from pytest_redline.suites.arithmetic import ArithmeticSuite
 
 torch = pytest.importorskip("torch")  # imported before pytester's in-process runs snapshot sys.modules
 
+pytestmark = pytest.mark.slow  # the dual-cache engine: imports torch and transformers, loads the tiny model
+
 pytest_plugins = ["pytester"]
 DUAL = {"schedule": "fast_dllm", "block_size": 4, "accept_threshold": 0.6, "max_new_tokens": 12}
 

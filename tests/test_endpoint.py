@@ -128,6 +128,7 @@ def test_a_server_that_fails_every_request_the_same_way_stops_after_one_batch(py
     assert _report(pytester)["certified"] is False
 
 
+@pytest.mark.slow  # waits for the grid's timeout to pass: 6 s of wall
 def test_a_request_that_hangs_past_the_grid_timeout_is_an_item_error(pytester, run_gate, answers):
     with FakeOpenAI(answers) as fake:
         fake.hang_s = 3.0

@@ -23,6 +23,7 @@ def test_every_model_engine_registers_a_spec():
     assert set(SPECS) == {"block_diffusion", "flowblock", "blockbatch", "speculative", "quantized"}
 
 
+@pytest.mark.slow  # imports each engine class: torch and transformers, ~2 s of CPU
 @pytest.mark.parametrize("name", SPECS)
 def test_spec_agrees_with_engine_class(name: str):
     spec = registry.factory(registry.ENGINES, name)

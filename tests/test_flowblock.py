@@ -18,6 +18,8 @@ from pytest_redline.suites.arithmetic import ArithmeticSuite
 
 import reference_decoders
 
+pytestmark = pytest.mark.slow  # the flowblock engine: imports torch and transformers (engine and reference decoders)
+
 PROMPTS = ArithmeticSuite(n=6, seed=11).prompts()
 SHORT = {"max_new_tokens": 20}
 NO_EDITS = [{"edit_threshold": 1.0}, {"edit_threshold": 1.5, "max_post_steps": 0}]

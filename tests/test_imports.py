@@ -28,6 +28,7 @@ violations of a checkout, e.g. ``python tests/test_imports.py /tmp/pre25``.
 from __future__ import annotations
 
 import ast
+import functools
 import importlib.util
 import sys
 from pathlib import Path
@@ -68,12 +69,18 @@ def _is_type_checking(node: ast.AST) -> bool:
     return isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING")
 
 
+@functools.lru_cache(maxsize=None)
+def _parse(path: Path, mtime_ns: int) -> ast.Module:
+    """A source file's tree, parsed once per version: each rule reads the whole package again."""
+    return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+
+
 def _imports(name: str, path: Path, known: set[str], type_only: bool = True) -> set[str]:
     """The modules of ``known`` that ``name`` imports, by the rule of the module docstring
     (without the imports under ``if TYPE_CHECKING:`` unless ``type_only``)."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     targets: set[str] = set()
-    stack: list[ast.AST] = [ast.parse(path.read_text(encoding="utf-8"), filename=str(path))]
+    stack: list[ast.AST] = [_parse(path, path.stat().st_mtime_ns)]
     while stack:
         node = stack.pop()
         if _is_main_block(node):

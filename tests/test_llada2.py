@@ -26,6 +26,8 @@ from pytest_redline.engines import checkpoints
 
 torch = pytest.importorskip("torch")  # imported before pytester's in-process runs snapshot sys.modules
 
+pytestmark = pytest.mark.slow  # the LLaDA2 engine: imports torch and transformers, builds sparse checkpoints
+
 pytest_plugins = ["pytester"]
 ROOT = Path(__file__).resolve().parent.parent
 SMALL = {"base": 100, "vocab_size": 128}

@@ -10,6 +10,8 @@ from training.model import ModelConfig, build_model, two_copy_mask
 from training.tokenizer import build_tokenizer
 from training.train import TrainConfig, train
 
+pytestmark = pytest.mark.slow  # training: builds Llama models (torch and transformers' model classes, ~5 s of CPU)
+
 TINY = ModelConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64)
 
 

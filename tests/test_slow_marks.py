@@ -71,3 +71,24 @@ def test_leaves_out_items_that_are_not_in_a_test_file():
     reporter = Reporter()
     conftest.pytest_terminal_summary(reporter)
     assert reporter.lines[1:] == ["   60.0 s  tests/test_x.py::test_y"]  # a gate's item is not a test
+
+
+def test_a_module_marked_slow_as_a_whole_is_not_imported_when_slow_is_deselected(pytester):
+    conftest = Path(__file__).with_name("conftest.py")
+    pytester.makeconftest(f"""
+import importlib.util
+spec = importlib.util.spec_from_file_location("tests_conftest", {str(conftest)!r})
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+pytest_ignore_collect = module.pytest_ignore_collect
+""")
+    pytester.makeini("[pytest]\nmarkers =\n    slow: slow\n")
+    pytester.makepyfile(
+        test_whole="import pytest\nraise RuntimeError('imported')\npytestmark = pytest.mark.slow  # why\n"
+                   "def test_a():\n    pass\n",
+        test_some="import pytest\n@pytest.mark.slow\ndef test_marked():\n    pass\ndef test_fast():\n    pass\n")
+    result = pytester.runpytest("-p", "no:cacheprovider", "-m", "not (slow or other)")
+    result.assert_outcomes(passed=1, deselected=1)  # test_whole.py was not imported: no error
+    for keeping in ((), ("-m", "slow or not slow")):
+        result = pytester.runpytest("-p", "no:cacheprovider", *keeping)
+        assert "RuntimeError: imported" in result.stdout.str(), keeping  # imported, as pytest always does

@@ -260,6 +260,7 @@ ENGINE_ARGS = {  # entry-point name -> engine_args with which each of our model 
 }
 
 
+@pytest.mark.slow  # builds each model engine: imports transformers' model classes (~5 s of CPU)
 @pytest.mark.parametrize("name", list(ENGINE_ARGS))
 def test_model_free_identity_is_what_the_built_engine_reports(name: str, tmp_path: Path) -> None:
     import torch
@@ -302,6 +303,7 @@ def test_weight_hashes_are_cached_by_path_size_and_mtime(tmp_path: Path) -> None
     assert WeightHashes(None).sha256(folder) == WeightHashes(tmp_path / "hashes.json").sha256(folder)
 
 
+@pytest.mark.slow  # its cold run decodes 32 prompts with two speculative models (torch and transformers)
 def test_warm_rerun_builds_no_engine_and_decodes_nothing(pytester, run_gate, monkeypatch) -> None:
     """A cold run keys its outcomes by the model-free identity of the engine it built; the rerun
     finds every outcome under the same keys, so it builds no engine (no model loads)."""

@@ -1,9 +1,12 @@
 """Laws of the character-level tokenizer."""
+import pytest
 from hypothesis import given, strategies as st
 from transformers import AutoTokenizer
 
 from training.tokenizer import CHARACTERS, SPECIALS, build_tokenizer
 from pytest_redline.suites.arithmetic import ArithmeticSuite
+
+pytestmark = pytest.mark.slow  # the training tokenizer: imports transformers (and so torch), ~3 s of CPU
 
 TOKENIZER = build_tokenizer()
 

@@ -35,7 +35,11 @@ import numpy  # noqa: F401
 import scipy.stats  # noqa: F401
 import yaml  # noqa: F401
 
+# The gate's modules that the plugin imports only when a gate runs, too: else every in-process
+# run imports (and assertion-rewrites) them again, ~3 s of CPU over the inner loop.
 import pytest_redline.engines.replay  # noqa: F401
+import pytest_redline.nodes  # noqa: F401
+import pytest_redline.protocol  # noqa: F401
 import pytest_redline.report  # noqa: F401
 import pytest_redline.risk  # noqa: F401
 import pytest_redline.session  # noqa: F401
