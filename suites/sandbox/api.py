@@ -2,9 +2,11 @@
 names what scores them (part of the outcome store's key)."""
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import sys
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Sequence
 
@@ -14,21 +16,27 @@ from pytest_redline.suites.sandbox.launcher import _kill_uid, _ProcessLauncher
 from pytest_redline.suites.sandbox.program import Program, Result, check_sandbox
 from pytest_redline.suites.sandbox.slots import _probe, _process_interpreter, _slot
 
+STARTING = 2  # sandboxes being started per worker while the workers' programs run (run_many)
+
 
 def run(program: Program, python: str | None = None, sandbox: str = "namespaces") -> Result:
     """Run one program. Never raises for anything the program does; raises SandboxUnavailable
     when the namespace sandbox cannot run here and RuntimeError when no interpreter starts."""
+    return _run(program, python, sandbox, contextlib.nullcontext())
+
+
+def _run(program: Program, python: str | None, sandbox: str, turn: contextlib.AbstractContextManager) -> Result:
     check_sandbox(sandbox)
     python = _absolute(python)
     if sandbox == "namespaces":
         jail = _jail(python or _absolute(sys.executable))
         with _slot() as uid:
-            return _execute(program, jail.launcher(uid), python or _absolute(sys.executable))
+            return _execute(program, jail.launcher(uid), python or _absolute(sys.executable), turn)
     with _slot() as uid:
         python = python or _process_interpreter(uid)
         if uid is not None:
             _kill_uid(uid, python)  # leftovers of a harness that died mid-run
-        return _execute(program, _ProcessLauncher(uid, python), python)
+        return _execute(program, _ProcessLauncher(uid, python), python, turn)
 
 
 def run_many(programs: Sequence[Program], workers: int | None = None, python: str | None = None,
@@ -36,7 +44,10 @@ def run_many(programs: Sequence[Program], workers: int | None = None, python: st
     """Run programs concurrently, ``workers`` at a time (default: the usable CPU count).
 
     Each program already runs in its own process, so the pool only needs threads that wait on
-    those processes; no copy of the caller (which may hold a model) is forked.
+    those processes; no copy of the caller (which may hold a model) is forked. At most ``workers``
+    programs run at once; up to STARTING more sandboxes per worker are being started meanwhile
+    (bwrap, the interpreter, the cgroup join: mostly waiting on the kernel, not CPU) and wait,
+    before any user code, for a turn.
     """
     workers = workers or len(os.sched_getaffinity(0))
     if workers < 1:
@@ -45,10 +56,11 @@ def run_many(programs: Sequence[Program], workers: int | None = None, python: st
     python = _absolute(python)
     if sandbox == "namespaces" and programs:
         _jail(python or _absolute(sys.executable))  # refuse before anything runs
-    if len(programs) <= 1 or workers == 1:
+    if len(programs) <= 1:
         return [run(p, python, sandbox) for p in programs]
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(lambda p: run(p, python, sandbox), programs))
+    turns = threading.BoundedSemaphore(workers)
+    with ThreadPoolExecutor(max_workers=min(workers * (1 + STARTING), len(programs))) as pool:
+        return list(pool.map(lambda p: _run(p, python, sandbox, turns), programs))
 
 
 def interpreter(sandbox: str = "namespaces") -> str:

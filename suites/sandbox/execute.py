@@ -2,6 +2,7 @@
 the verdict (exit status 0 and the token written after the tests)."""
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import secrets
@@ -68,13 +69,16 @@ STARVED_FACTOR = 5  # a starved program's run lasts at most this many times its 
 TOKEN_COPIES = 4  # a forked child that also ran the tests may write it too; more is a flood, and fails
 
 
-def _execute(program: Program, launcher: _Launcher, python: str) -> Result:
-    limits, start, fds = program.limits, time.monotonic(), _Fds()
+def _execute(program: Program, launcher: _Launcher, python: str,
+             turn: contextlib.AbstractContextManager = contextlib.nullcontext()) -> Result:
+    """Run ``program``. The sandbox starts at once, up to the bootstrap's read of the token (bwrap,
+    the interpreter, the cgroup join: no user code); the token is written, and the program's clock
+    started, only inside ``turn`` (run_many's: at most ``workers`` programs past it at once), which
+    is held until the run is torn down."""
+    limits, fds = program.limits, _Fds()
     try:
         token = secrets.token_hex(TOKEN_BYTES // 2).encode()
-        token_read, token_write = fds.pipe()
-        os.write(token_write, token)  # 32 bytes: fits the pipe; the child reads it before user code
-        fds.close(token_write)
+        token_read, token_write = fds.pipe()  # the write end never reaches the child
         result_read, result_write = fds.pipe()
         code, tests = fds.memfd("program.py", program.code), fds.memfd("tests.py", program.tests)
         joins = launcher.prepare(program, fds)  # fds of the cgroups the bootstrap joins, if any
@@ -84,10 +88,19 @@ def _execute(program: Program, launcher: _Launcher, python: str) -> Result:
                 str(limits.file_bytes), str(limits.open_files)]
         child = launcher.start(program, argv, (*passed, *joins), fds)
         fds.close(result_write, code, tests, *joins)  # the token's read end stays open here: was it taken?
+        stopped = False
         try:
-            output, sentinel, stop = _collect(child, result_read, limits, start, launcher)
+            with turn:
+                start = time.monotonic()
+                os.write(token_write, token)  # 32 bytes: fits the pipe; the bootstrap waits for it before user code
+                fds.close(token_write)
+                try:
+                    output, sentinel, stop = _collect(child, result_read, limits, start, launcher)
+                finally:
+                    problem, stopped = launcher.stop(child), True
         finally:
-            problem = launcher.stop(child)
+            if not stopped:  # the turn never came (an error while waiting): no sandbox outlives it
+                launcher.stop(child)
         text = output.decode("utf-8", errors="replace")
         if not stop and _unread(token_read):  # the bootstrap never ran: the harness's environment
             raise RuntimeError(f"sandbox: {python} did not start the program (exit status {child.returncode}): "
