@@ -196,6 +196,7 @@ class _Clock:
     def __init__(self, start: float, limits: Limits, launcher: _Launcher):
         self.start, self.limits, self.launcher = start, limits, launcher
         self.poll, self.asked, self.joined, self.waited = 0.5, start, None, 0.0
+        self.before: float | None = None  # the wait seen at the first look: the start-up's, before its turn
 
     def stop(self) -> str:
         """Why the program must stop now, or ''; sets ``poll``, the wait before asking again."""
@@ -207,7 +208,9 @@ class _Clock:
                 return f"CPU limit: {cpu:.1f} s over all its processes"
             if self.joined is None and cpu > 0:
                 self.joined = self.asked  # it joined since the last look: count from then
-            self.waited = max(self.waited, waited)  # threads come and go (the last leaves 0): keep what was seen
+            if self.before is None:
+                self.before = waited
+            self.waited = max(self.waited, waited - self.before)  # threads come and go: keep what was seen
             ran = now - self.joined - self.waited if self.joined is not None else 0.0
             spent = max(ran, cpu / self.limits.cpus, elapsed / STARVED_FACTOR)
         self.asked = now
