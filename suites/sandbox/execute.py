@@ -3,6 +3,8 @@ the verdict (exit status 0 and the token written after the tests)."""
 from __future__ import annotations
 
 import contextlib
+import functools
+import json
 import math
 import os
 import secrets
@@ -12,20 +14,30 @@ import time
 
 from pytest_redline.suites.sandbox.launcher import _Fds, _Launcher
 from pytest_redline.suites.sandbox.program import Limits, Program, Result, cleanup_failures
+from pytest_redline.suites.sandbox.slots import _probe
 
 # Runs inside the child as the unprivileged user, before any user code: set the limits, take the
 # token off its pipe, compile both parts, then run them through references taken here. argv: token
 # fd, result fd, program and tests source fds, the cgroups' cgroup.procs fds (comma-separated, maybe
 # none: writing 0 moves the writer), then the rlimits (soft values); none is secret. The interpreter starts
-# with -S (site's .pth files cost 4x the start-up and would run code from site-packages).
+# with -S (site's .pth files cost 4x the start-up and would run code from site-packages); SITE, filled
+# in by _bootstrap, is what site would set (a venv's prefixes and the site-packages folders), probed
+# once per interpreter. Neither site nor os is imported (os alone is about 3 ms of CPU a program).
 _BOOTSTRAP = r"""
-import os, resource, site, sys, types
-site.venv(None)  # started with -S: a venv's prefix and packages, as site would set them ...
-sys.path.extend(dict.fromkeys(site.getsitepackages()))  # ... but no .pth file runs
-site.setquit(), site.setcopyright(), site.sethelper()  # exit(), quit(), help() as with site
+import builtins, posix, resource, sys, _sitebuiltins
+sys.prefix, sys.exec_prefix, paths = SITE
+sys.path.extend(paths)
+builtins.quit, builtins.exit = (_sitebuiltins.Quitter(name, "Ctrl-D (i.e. EOF)") for name in ("quit", "exit"))
+builtins.help = _sitebuiltins._Helper()
+builtins.copyright = _sitebuiltins._Printer("copyright", sys.copyright)
+builtins.credits = _sitebuiltins._Printer("credits", "    Thanks to CWI, CNRI, BeOpen.com, Zope Corporation and a "
+    "cast of thousands\n    for supporting Python development.  See www.python.org for more information.")
+here = getattr(sys, "_stdlib_dir", None)
+builtins.license = _sitebuiltins._Printer("license", "See https://www.python.org/psf/license/",
+                                          ["LICENSE.txt", "LICENSE"] if here else [], [here + "/..", here, "."] if here else [])
 
-def sandboxed(argv, exec=exec, compile=compile, open=open, read=os.read, write=os.write, close=os.close,
-              exit=os._exit, setrlimit=resource.setrlimit, streams=(sys.stdout, sys.stderr)):
+def sandboxed(argv, exec=exec, compile=compile, open=open, read=posix.read, write=posix.write, close=posix.close,
+              exit=posix._exit, setrlimit=resource.setrlimit, streams=(sys.stdout, sys.stderr)):
     token_fd, result_fd, code_fd, tests_fd = map(int, argv[:4])
     cpu, memory, processes, file_bytes, open_files = map(int, argv[5:])
     for fd in map(int, filter(None, argv[4].split(","))):  # the run's cgroups: joined before any user code
@@ -46,7 +58,7 @@ def sandboxed(argv, exec=exec, compile=compile, open=open, read=os.read, write=o
         (resource.RLIMIT_CORE, 0, 0),
     ):
         setrlimit(which, (soft, hard))
-    main = types.ModuleType("__main__")
+    main = type(sys)("__main__")
     sys.modules["__main__"] = main
     exec(program, main.__dict__)
     exec(tests, main.__dict__)
@@ -83,7 +95,7 @@ def _execute(program: Program, launcher: _Launcher, python: str,
         code, tests = fds.memfd("program.py", program.code), fds.memfd("tests.py", program.tests)
         joins = launcher.prepare(program, fds)  # fds of the cgroups the bootstrap joins, if any
         passed = (token_read, result_write, code, tests)
-        argv = [python, "-S", "-c", _BOOTSTRAP, *map(str, passed), ",".join(map(str, joins)),
+        argv = [python, "-S", "-c", _bootstrap(python), *map(str, passed), ",".join(map(str, joins)),
                 str(math.ceil(limits.cpu_seconds)), str(limits.memory_bytes), str(limits.processes),
                 str(limits.file_bytes), str(limits.open_files)]
         child = launcher.start(program, argv, (*passed, *joins), fds)
@@ -115,6 +127,22 @@ def _execute(program: Program, launcher: _Launcher, python: str,
         return Result(False, launcher.exit_reason(child.returncode), text, time.monotonic() - start)
     finally:
         fds.close_all()
+
+
+# What site would set for a program, without running any .pth file: a venv's prefixes (site.venv) and
+# its site-packages folders (site.getsitepackages(), a venv's first), in site's order.
+_SITE = r"""
+import json, site, sys
+site.venv(None)
+print(json.dumps([sys.prefix, sys.exec_prefix, list(dict.fromkeys(site.getsitepackages()))]))
+"""
+
+
+@functools.cache
+def _bootstrap(python: str) -> str:
+    """The bootstrap for ``python``, with what site would set (probed once per interpreter)."""
+    prefix, exec_prefix, paths = json.loads(_probe(python, _SITE))
+    return _BOOTSTRAP.replace("SITE", repr((prefix, exec_prefix, paths)), 1)
 
 
 def _tokens(sentinel: bytes, token: bytes) -> bool:
