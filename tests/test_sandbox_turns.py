@@ -1,10 +1,14 @@
-"""run_many starts sandboxes ahead of their turn (docs/sandbox.md, "Starting ahead"): at most
-``workers`` programs run user code at once, a program's clock starts at its turn, and a sandbox
-whose turn never comes is torn down."""
+"""What makes run_many fast without weakening it (docs/sandbox.md, "Starting ahead"): sandboxes
+started ahead of their turn (at most ``workers`` programs run user code at once, a program's clock
+starts at its turn, a sandbox whose turn never comes is torn down), and a bootstrap that imports
+neither site nor os yet sets what site would."""
 from __future__ import annotations
 
+import ast
 import contextlib
+import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -64,3 +68,21 @@ def test_turn_never_comes_sandbox():
     assert bwraps_of(os.getpid()) == []
     results = run_many([Program("x = 1\n", "assert x == 1\n")] * 2, workers=1)
     assert all(r.passed for r in results), results
+
+
+def test_site_without_site_sandbox():
+    # The bootstrap imports neither site nor os, yet a program sees what site would set: the venv's
+    # prefixes, its site-packages folders in site's order, exit() and friends.
+    probe = ("import json, site, sys\nsite.venv(None)\n"
+             "print(json.dumps([sys.prefix, list(dict.fromkeys(site.getsitepackages()))]))")
+    done = subprocess.run([sys.executable, "-I", "-S", "-c", probe], cwd="/", env={}, capture_output=True, text=True,
+                          check=True)
+    prefix, sites = json.loads(done.stdout)
+    code = ("import sys\nseen = sorted({'os', 'site'} & set(sys.modules))\n"
+            "print(repr((seen, sys.prefix, sys.exec_prefix, sys.path[-len(SITES):], sys.flags.no_site)))\n"
+            "print(exit, quit, type(help).__name__, __import__('builtins').__dict__.get('license'))\n")
+    result = run_many([Program(f"SITES = {sites!r}\n" + code, "exit()\n")] * 2, workers=1)[0]
+    assert result.reason == "exited before its tests finished", result  # exit() is site's: SystemExit
+    lines = result.output.splitlines()
+    assert ast.literal_eval(lines[0]) == ([], prefix, prefix, sites, 1), lines
+    assert lines[1] == "Use exit() or Ctrl-D (i.e. EOF) to exit Use quit() or Ctrl-D (i.e. EOF) to exit _Helper None", lines

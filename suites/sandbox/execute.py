@@ -22,19 +22,14 @@ from pytest_redline.suites.sandbox.slots import _probe
 # none: writing 0 moves the writer), then the rlimits (soft values); none is secret. The interpreter starts
 # with -S (site's .pth files cost 4x the start-up and would run code from site-packages); SITE, filled
 # in by _bootstrap, is what site would set (a venv's prefixes and the site-packages folders), probed
-# once per interpreter. Neither site nor os is imported (os alone is about 3 ms of CPU a program).
+# once per interpreter. Neither site nor os is imported (os alone is about 3 ms of CPU a program), so the
+# interactive texts copyright, credits and license (each imports os) are not defined.
 _BOOTSTRAP = r"""
 import builtins, posix, resource, sys, _sitebuiltins
 sys.prefix, sys.exec_prefix, paths = SITE
 sys.path.extend(paths)
 builtins.quit, builtins.exit = (_sitebuiltins.Quitter(name, "Ctrl-D (i.e. EOF)") for name in ("quit", "exit"))
 builtins.help = _sitebuiltins._Helper()
-builtins.copyright = _sitebuiltins._Printer("copyright", sys.copyright)
-builtins.credits = _sitebuiltins._Printer("credits", "    Thanks to CWI, CNRI, BeOpen.com, Zope Corporation and a "
-    "cast of thousands\n    for supporting Python development.  See www.python.org for more information.")
-here = getattr(sys, "_stdlib_dir", None)
-builtins.license = _sitebuiltins._Printer("license", "See https://www.python.org/psf/license/",
-                                          ["LICENSE.txt", "LICENSE"] if here else [], [here + "/..", here, "."] if here else [])
 
 def sandboxed(argv, exec=exec, compile=compile, open=open, read=posix.read, write=posix.write, close=posix.close,
               exit=posix._exit, setrlimit=resource.setrlimit, streams=(sys.stdout, sys.stderr)):
