@@ -40,6 +40,7 @@ def test_published_heldout_gain_llada2_math():
     assert round(gain.mean, 1) == 37.6
 
 
+@pytest.mark.slow  # bootstrap / analysis CLI over the published outcomes: 1.13 s CPU, over the inner loop's 50 s budget (issue 25)
 def test_published_bootstrap_interval_llada2_math():
     result = analysis.intervals(grid_data("llada2_math"), 0.10)  # B = 10,000, seed 20260920
     assert result.deployed == "acc85/semi70"
@@ -116,6 +117,7 @@ budgets = st.sampled_from([0.01, 0.05, 0.1, 0.2, 0.3])
        rank=st.sampled_from(["full", "calibration"]))
 @example(grid=NO_VIOLATIONS, procedure=Procedure(), alpha=0.01, cal_fraction=0.5, rank="full")
 @example(grid=ALL_VIOLATE, procedure=Procedure(), alpha=0.3, cal_fraction=0.3, rank="calibration")
+@pytest.mark.slow  # bootstrap / analysis CLI over the published outcomes: 0.24 s CPU, over the inner loop's 50 s budget (issue 25)
 def test_equivalent_heldout_per_split_certify(grid, procedure, alpha, cal_fraction, rank):
     """Each split of the vectorized held-out run is risk.certify on its calibration columns,
     ranked by the full-sample cost or by the calibration part's cost."""
@@ -139,6 +141,7 @@ def test_equivalent_heldout_per_split_certify(grid, procedure, alpha, cal_fracti
 @example(grid=NO_VIOLATIONS, procedure=Procedure())
 @example(grid=ALL_VIOLATE, procedure=Procedure(family="candidates"))
 @example(grid=ONLY_REFERENCE, procedure=Procedure(correction="bonferroni", family="candidates"))
+@pytest.mark.slow  # bootstrap / analysis CLI over the published outcomes: 0.17 s CPU, over the inner loop's 50 s budget (issue 25)
 def test_equivalent_valid_certify(grid, procedure):
     """Procedure.valid over (budgets, splits) is risk.certify's valid mask, one split at a time."""
     alphas = [0.02, 0.1, 0.25]
@@ -298,6 +301,7 @@ def test_cli_sweep_json_several_grids(redline):
     assert grids[1]["alpha_min"] == 0.15 and grids[1]["alphas"][2]["deployed"] == "acc85/semi90"
 
 
+@pytest.mark.slow  # bootstrap / analysis CLI over the published outcomes: 0.32 s CPU, over the inner loop's 50 s budget (issue 25)
 def test_cli_heldout_json(redline):
     status, out, _ = redline(
         "heldout", DATA / "llada2_math.csv", "--reference", "acc95/semi90", "--configs", LLADA2_MATH,
@@ -309,6 +313,7 @@ def test_cli_heldout_json(redline):
     assert set(report) >= {"gain", "net_accuracy_points", "exceedance", "exceedance_pooled", "full_choice"}
 
 
+@pytest.mark.slow  # bootstrap / analysis CLI over the published outcomes: 0.33 s CPU, over the inner loop's 50 s budget (issue 25)
 def test_cli_baselines_text(redline):
     status, out, _ = redline(
         "baselines", DATA / "llada2_math.csv", "--reference", "acc95/semi90", "--configs", LLADA2_MATH,
@@ -330,6 +335,7 @@ def test_cli_intervals_json(redline):
     assert report["gain_interval"][0] < report["gain"] < report["gain_interval"][1]
 
 
+@pytest.mark.slow  # bootstrap / analysis CLI over the published outcomes: 0.26 s CPU, over the inner loop's 50 s budget (issue 25)
 def test_cli_validity_exit_status(redline, tmp_path):
     """0 within delta; 1 when a combination is flagged (here: a config whose test-part risk
     runs against its calibration count, on 60 prompts)."""

@@ -67,6 +67,7 @@ def test_memory_column_lower_is_better_select(capsys, tmp_path):
     assert round(nf4["net_accuracy_points"], 1) == -1.4 and round(nf4["gain"], 2) == 4.0
 
 
+@pytest.mark.slow  # in-process pytester gate run(s): 0.28 s CPU, over the inner loop's 50 s budget (issue 25)
 def test_options_reach_certify_select(capsys):
     code, out, _ = run(
         capsys, "select", MATH, "--reference", "acc95/semi90", "--alpha", "0.1", "--delta", "0.05",
@@ -113,6 +114,7 @@ def bad_csv(tmp_path, text):
         ([], "the following arguments are required: COMMAND"),
     ],
 )
+@pytest.mark.slow  # in-process pytester gate run(s): 0.40 s CPU, over the inner loop's 50 s budget (issue 25)
 def test_one_line_exit_4_errors(capsys, argv, message):
     """Every usage error, argparse's own included, exits 4 as the gate does (2 before issue 29)."""
     code, out, err = run(capsys, *argv)

@@ -49,6 +49,7 @@ ints = st.integers(0, 12)
 @settings(max_examples=150, deadline=None)
 @given(tl=ints, tw=ints, fl=st.integers(1, 8), fw=st.integers(0, 8), rl=st.integers(0, 3), rw=st.integers(0, 6),
        t0=ints, f0=ints, k=st.integers(1, 3))
+@pytest.mark.slow  # in-process pytester gate run(s): 0.42 s CPU, over the inner loop's 50 s budget (issue 25)
 def test_pooled_interval_is_the_exact_extreme(tl, tw, fl, fw, rl, rw, t0, f0, k) -> None:
     """Dinkelbach over the cell's vertices equals the brute-force extreme over every choice of
     vertices for the k unknown cells (a linear-fractional program's extremes are at vertices)."""
@@ -100,6 +101,7 @@ def test_pooled_lower_end_is_zero_without_a_forwards_ceiling() -> None:
 
 @settings(max_examples=300, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), m=st.integers(2, 6), lower=st.booleans(), gain=st.sampled_from([None, 0, 5, 1.5]))
+@pytest.mark.slow  # in-process pytester gate run(s): 0.48 s CPU, over the inner loop's 50 s budget (issue 25)
 def test_standing_never_drops_the_config_the_true_costs_deploy(seed, m, lower, gain) -> None:
     """Random integer costs and intervals around them (ties frequent): a contender that
     :func:`standing` drops is never the one the deployment rule picks on the true costs."""

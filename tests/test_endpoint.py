@@ -105,6 +105,7 @@ def test_stop_strings_are_sent_and_cut_even_when_the_server_returns_them(answers
     assert streamed.extra["ttft_s"] <= streamed.extra["latency_s"]
 
 
+@pytest.mark.slow  # in-process pytester gate run(s): 0.29 s CPU, over the inner loop's 50 s budget (issue 25)
 def test_a_gate_over_a_fake_endpoint_certifies_a_rerun_of_the_reference_with_v_zero(pytester, run_gate, answers):
     with FakeOpenAI(answers) as fake:
         _grid(pytester.path, fake.base_url, "fake-model", CONFIGS)
@@ -115,6 +116,7 @@ def test_a_gate_over_a_fake_endpoint_certifies_a_rerun_of_the_reference_with_v_z
     assert again["violations"] == 0 and again["valid"] and report["certified"]
 
 
+@pytest.mark.slow  # in-process pytester gate run(s): 0.26 s CPU, over the inner loop's 50 s budget (issue 25)
 def test_a_server_that_fails_every_request_the_same_way_stops_after_one_batch(pytester, run_gate, answers):
     with FakeOpenAI(answers) as fake:
         fake.status = 500
@@ -139,6 +141,7 @@ def test_a_request_that_hangs_past_the_grid_timeout_is_an_item_error(pytester, r
     assert _report(pytester)["certified"] is False
 
 
+@pytest.mark.slow  # in-process pytester gate run(s): 0.47 s CPU, over the inner loop's 50 s budget (issue 25)
 def test_a_server_that_dies_mid_run_certifies_nothing_and_a_rerun_reuses_every_stored_outcome(pytester, run_gate, answers):
     with FakeOpenAI(answers) as fake:
         fake.answer_limit = N + 8  # the reference and one batch of one candidate, then the server is gone
@@ -157,6 +160,7 @@ def test_a_server_that_dies_mid_run_certifies_nothing_and_a_rerun_reuses_every_s
     assert sent == 2 * N - (N + 8)
 
 
+@pytest.mark.slow  # in-process pytester gate run(s): 0.26 s CPU, over the inner loop's 50 s budget (issue 25)
 def test_the_api_key_appears_in_no_report_property_log_or_store_row(pytester, run_gate, answers, monkeypatch):
     monkeypatch.setenv("REDLINE_TEST_API_KEY", SECRET)
     with FakeOpenAI(answers) as fake:
@@ -225,6 +229,7 @@ def test_a_gate_over_a_real_transformers_serve_certifies_a_rerun_and_rejects_a_t
     assert not by_name["short"]["valid"]  # cut at 12 tokens, before the answer
 
 
+@pytest.mark.slow  # in-process pytester gate run(s): 0.57 s CPU, over the inner loop's 50 s budget (issue 25)
 def test_two_deployments_under_one_label_are_warned_about_because_they_share_outcomes(pytester, run_gate, answers):
     with FakeOpenAI(answers) as one, FakeOpenAI(answers) as two:
         configs = f"""\

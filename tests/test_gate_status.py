@@ -32,6 +32,7 @@ def _configs(report: dict) -> dict[str, dict]:
     return {c["name"]: c for c in report["configs"]}
 
 
+@pytest.mark.slow  # in-process pytester gate run(s): 0.17 s CPU, over the inner loop's 50 s budget (issue 25)
 def test_full_run_statuses_in_the_table_and_json(project: Project) -> None:
     project.grid()
     result = project.run(ALPHA, "--redline-full", "--redline-report=report.json")
@@ -54,6 +55,7 @@ def test_full_run_statuses_in_the_table_and_json(project: Project) -> None:
     assert report["min_gain"] == 0 and report["deployed"] == "fast"
 
 
+@pytest.mark.slow  # in-process pytester gate run(s): 0.21 s CPU, over the inner loop's 50 s budget (issue 25)
 def test_inconclusive_config_says_what_would_settle_it(project: Project) -> None:
     from pytest_redline.planning import prompts_needed
     from pytest_redline.planning import reverse_prompts_needed
@@ -89,6 +91,7 @@ def test_scheduled_run_tests_the_counts_it_reached(project: Project) -> None:
     result.stdout.fnmatch_lines(["*may say inconclusive where --redline-full says exceeds budget*"])
 
 
+@pytest.mark.slow  # in-process pytester gate run(s): 0.69 s CPU, over the inner loop's 50 s budget (issue 25)
 def test_min_gain_changes_only_the_choice(project: Project) -> None:
     project.grid(min_gain="150")  # fast gains +100 %: valid, but not enough
     project.run(ALPHA, "--redline-full", "--redline-report=report.json")
@@ -101,6 +104,7 @@ def test_min_gain_changes_only_the_choice(project: Project) -> None:
     result.stdout.fnmatch_lines(["min_gain: a deployed candidate must gain at least 100% tpf"])
 
 
+@pytest.mark.slow  # in-process pytester gate run(s): 0.56 s CPU, over the inner loop's 50 s budget (issue 25)
 def test_min_gain_applies_in_select_mode_only(project: Project) -> None:
     project.grid(min_gain="150", deploy="fast")
     result = project.run(ALPHA, "--redline-full", "--redline-report=report.json")
@@ -127,6 +131,7 @@ def test_min_gain_of_a_memory_grid_is_a_factor(project: Project) -> None:
 POOR = "configs:\n  ref: {forwards: 10}\n  lossy: {forwards: 9.8, wrong_every: 25}\n"
 
 
+@pytest.mark.slow  # in-process pytester gate run(s): 0.29 s CPU, over the inner loop's 50 s budget (issue 25)
 def test_poor_trade_is_flagged(project: Project) -> None:
     """lossy: +2.0 % tpf for 4 accuracy points (8 of 200 prompts): deployed and flagged."""
     project.grid(configs="DROP", suite_args="{n: 200}")
@@ -139,6 +144,7 @@ def test_poor_trade_is_flagged(project: Project) -> None:
     result.stdout.fnmatch_lines(["poor trade: lossy gives up 4.0 accuracy points for +2.0% tpf*"])
 
 
+@pytest.mark.slow  # in-process pytester gate run(s): 0.21 s CPU, over the inner loop's 50 s budget (issue 25)
 def test_fair_trade_and_memory_are_not_flagged(project: Project) -> None:
     project.grid()
     project.run(ALPHA, "--redline-full", "--redline-report=report.json")
@@ -196,6 +202,7 @@ def test_plan_needs_alpha_and_a_good_grid(project: Project) -> None:
     assert project.run(ALPHA, "--redline-plan").ret == 4
 
 
+@pytest.mark.slow  # in-process pytester gate run(s): 0.18 s CPU, over the inner loop's 50 s budget (issue 25)
 def test_gate_warns_at_the_start_when_power_is_low(project: Project) -> None:
     project.grid()
     result = project.run(ALPHA, "--redline-full")

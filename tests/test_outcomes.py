@@ -28,6 +28,7 @@ def test_aligns_by_prompt_read_csv(tmp_path):
     assert (table.m, table.n) == (2, 2)
 
 
+@pytest.mark.slow  # reads or round-trips whole outcome tables: 0.44 s CPU, over the inner loop's 50 s budget (issue 25)
 def test_published_file_read_csv():
     table = OutcomeTable.read_csv(DATA / "llada2_math.csv")
     assert (table.m, table.n) == (9, 1012)
@@ -93,6 +94,7 @@ CODE = OutcomeTable.read_csv(DATA / "llada2_code.csv")
 
 @settings(max_examples=25)
 @given(st.integers(0, 2**32 - 1), st.floats(0.01, 1.0))
+@pytest.mark.slow  # reads or round-trips whole outcome tables: 0.21 s CPU, over the inner loop's 50 s budget (issue 25)
 def test_slices_of_the_cells_that_ran_select_and_cost_on(seed, share):
     """select(ran) keeps the outcomes that ran (the rest wrong, costs empty); cost_on(ran, kind)
     is each config's cost on the prompts it ran on: its row's table cut to those prompts."""
@@ -150,6 +152,7 @@ cells = st.one_of(st.none(), st.floats(min_value=0, max_value=1e6, allow_nan=Fal
     st.lists(st.text("xyz0", min_size=1, max_size=4), min_size=1, max_size=4, unique=True),
     st.data(),
 )
+@pytest.mark.slow  # round-trips a whole outcome table: 0.25 s CPU, over the inner loop's 50 s budget (issue 25)
 def test_roundtrip_from_records(configs, prompts, data):
     records = [
         {

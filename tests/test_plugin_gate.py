@@ -55,6 +55,7 @@ def test_selection_collects_only_grids_not_testpaths(project: Project) -> None:
     assert not any("test_unit" in line for line in ids)
 
 
+@pytest.mark.slow  # in-process pytester gate run(s): 0.21 s CPU, over the inner loop's 50 s budget (issue 25)
 def test_select_mode_deploys_fastest_valid_config(project: Project) -> None:
     project.grid()
     result = project.run(ALPHA, "--redline-full", "--redline-report=report.json")
@@ -90,6 +91,7 @@ def test_select_mode_deploys_fastest_valid_config(project: Project) -> None:
 GATE_CONFIGS = "{ref: {forwards: 10}, slow: {forwards: 8}, fast: {forwards: 5, wrong: [q3]}, rash: {forwards: 2, wrong_every: 4}}"
 
 
+@pytest.mark.slow  # in-process pytester gate run(s): 0.25 s CPU, over the inner loop's 50 s budget (issue 25)
 def test_gate_mode_leads_with_named_config(project: Project) -> None:
     """deploy: slow, while fast is the best-cost valid config: the verdict, the mark and the
     JSON name slow (certified, deployed); fast is only a hint (best_valid)."""
@@ -108,6 +110,7 @@ def test_gate_mode_leads_with_named_config(project: Project) -> None:
     assert (report["deploy_mode"], report["required"]) == ("gate", ["slow"])
 
 
+@pytest.mark.slow  # in-process pytester gate run(s): 0.22 s CPU, over the inner loop's 50 s budget (issue 25)
 def test_gate_mode_deploys_reference_when_named_config_not_valid(project: Project) -> None:
     project.grid(configs=GATE_CONFIGS)
     result = project.run(ALPHA, "--redline-deploy", "rash", "--redline-report=report.json")
@@ -122,6 +125,7 @@ def test_gate_mode_deploys_reference_when_named_config_not_valid(project: Projec
     assert report["not_certified"] == ["rash"]
 
 
+@pytest.mark.slow  # in-process pytester gate run(s): 0.90 s CPU, over the inner loop's 50 s budget (issue 25)
 def test_all_mode_requires_every_candidate(project: Project) -> None:
     project.grid(deploy="DROP")
     result = project.run(ALPHA)
@@ -144,6 +148,7 @@ def test_needed_prompts_reported_for_uncertified_config(project: Project) -> Non
     result.stdout.fnmatch_lines([f"*near*NOT valid*n={expected} prompts would certify it with 80% power*"])
 
 
+@pytest.mark.slow  # in-process pytester gate run(s): 0.19 s CPU, over the inner loop's 50 s budget (issue 25)
 def test_regressions_do_not_fail_certified_session(project: Project) -> None:
     project.grid(configs="{ref: {forwards: 10}, fast: {forwards: 5, wrong: [q3]}}")
     result = project.run(ALPHA, "-v", "--redline-report=report.json", "--junitxml=junit.xml")
@@ -185,6 +190,7 @@ def test_engine_error_blocks_certification(project: Project) -> None:
     assert (report["certified"], report["complete"], len(report["missing"])) == (False, False, 8)
 
 
+@pytest.mark.slow  # in-process pytester gate run(s): 0.20 s CPU, over the inner loop's 50 s budget (issue 25)
 def test_scorer_crash_is_an_error(project: Project) -> None:
     project.grid(suite_args="{n: 60, crash_on: q7}")
     result = project.run(ALPHA)
@@ -215,6 +221,7 @@ def test_deselection_refuses_certificate(project: Project) -> None:
     assert decoded == [(5, "q0"), (5, "q16"), (5, "q8"), (10, "q0"), (10, "q16"), (10, "q8")]  # only the batches needed
 
 
+@pytest.mark.slow  # in-process pytester gate run(s): 0.24 s CPU, over the inner loop's 50 s budget (issue 25)
 def test_two_grids_split_delta(project: Project) -> None:
     project.grid(filename="one.yaml")
     project.grid(filename="two.yaml", name="second")
@@ -226,6 +233,7 @@ def test_two_grids_split_delta(project: Project) -> None:
     assert all(g["delta"] == 0.1 and g["delta_share"] == 0.05 and g["grids_in_session"] == 2 for g in report["grids"])
 
 
+@pytest.mark.slow  # in-process pytester gate run(s): 0.31 s CPU, over the inner loop's 50 s budget (issue 25)
 def test_rerun_reuses_store_with_identical_verdict(project: Project) -> None:
     project.grid()
     first = project.run(ALPHA, "--redline-report=first.json")
@@ -246,6 +254,7 @@ def test_rerun_reuses_store_with_identical_verdict(project: Project) -> None:
     assert one == two
 
 
+@pytest.mark.slow  # in-process pytester gate run(s): 0.32 s CPU, over the inner loop's 50 s budget (issue 25)
 def test_store_key_separates_devices(project: Project) -> None:
     project.grid()
     project.run(ALPHA, "--redline-full")
@@ -254,6 +263,7 @@ def test_store_key_separates_devices(project: Project) -> None:
     result.stdout.fnmatch_lines(["*outcomes: 0 reused from the store, 180 decoded*"])
 
 
+@pytest.mark.slow  # in-process pytester gate run(s): 1.13 s CPU, over the inner loop's 50 s budget (issue 25)
 def test_no_cache_neither_reuses_nor_keeps(project: Project) -> None:
     project.grid()
     project.run(ALPHA, "--redline-full")
@@ -264,6 +274,7 @@ def test_no_cache_neither_reuses_nor_keeps(project: Project) -> None:
     assert (project.path / "elsewhere" / "outcomes.sqlite").exists()
 
 
+@pytest.mark.slow  # in-process pytester gate run(s): 0.18 s CPU, over the inner loop's 50 s budget (issue 25)
 def test_progress_lines_show_under_quiet(project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("pytest_redline.decode.PROGRESS_EVERY_S", 0.0)
     project.grid()
@@ -275,6 +286,7 @@ def test_progress_lines_show_under_quiet(project: Project, monkeypatch: pytest.M
     ])
 
 
+@pytest.mark.slow  # in-process pytester gate run(s): 0.33 s CPU, over the inner loop's 50 s budget (issue 25)
 def test_roundtrip_outcome_csv_through_replay(project: Project) -> None:
     project.grid()
     first = project.run(ALPHA, "--redline-full", "--redline-outcomes=out.csv", "--redline-report=live.json")
@@ -324,6 +336,7 @@ def test_interrupt_summary_states_real_exit_status(project: Project) -> None:
 
 
 @pytest.mark.parametrize("option", ["--redline-grid", "--redline-cache-dir"])
+@pytest.mark.slow  # in-process pytester gate run(s): 0.40 s CPU, over the inner loop's 50 s budget (issue 25)
 def test_usage_error_spaced_path_option_moves_rootdir(project: Project, option: str) -> None:
     """`--redline-grid /outside/grid.yaml` (a space, not '='): pytest took the value for a test
     path before the plugin's options were known, so the rootdir moved; say so, and how to write it."""
@@ -343,6 +356,7 @@ def test_usage_error_spaced_path_option_moves_rootdir(project: Project, option: 
     assert project.run(ALPHA, f"{option}={value}").ret == 0
 
 
+@pytest.mark.slow  # in-process pytester gate run(s): 0.18 s CPU, over the inner loop's 50 s budget (issue 25)
 def test_wall_time_cost_ranking_said_estimate(project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
     """A cost the engine measures as wall time (its wall_time_costs): the summary and the JSON
     say the ranking is an estimate; the certificate is unchanged."""

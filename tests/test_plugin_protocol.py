@@ -100,6 +100,7 @@ def test_same_reports_short_protocol(project: Project) -> None:
     assert without_times(project.report("short.json")) == without_times(project.report("full.json"))
 
 
+@pytest.mark.slow  # in-process pytester gate run(s): 0.29 s CPU, over the inner loop's 50 s budget (issue 25)
 def test_full_protocol_for_items_that_decode(project: Project) -> None:
     project.grid()
     project.run(ALPHA, "-p", "recorder", "--redline-full")

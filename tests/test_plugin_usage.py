@@ -54,6 +54,7 @@ def expect_usage_error(project: Project, result: pytest.RunResult, *patterns: st
                      id="batch-size"),
     ],
 )
+@pytest.mark.slow  # in-process pytester gate run(s): 0.55 s CPU, over the inner loop's 50 s budget (issue 25)
 def test_usage_error_bad_grid(project: Project, text: str, replace: dict, message: str) -> None:
     project.grid(text, **replace)
     expect_usage_error(project, project.run(ALPHA), message)
@@ -72,6 +73,7 @@ def test_usage_error_bad_grid(project: Project, text: str, replace: dict, messag
         ([ALPHA, "--redline-seed=-1"], "*--redline-seed: expected an integer >= 0, got '-1'"),
     ],
 )
+@pytest.mark.slow  # in-process pytester gate run(s): 1.08 s CPU, over the inner loop's 50 s budget (issue 25)
 def test_usage_error_bad_option(project: Project, args: list[str], message: str) -> None:
     project.grid()
     expect_usage_error(project, project.run(*args), message)
@@ -87,6 +89,7 @@ def test_usage_error_no_default_grid(project: Project) -> None:
     expect_usage_error(project, project.run(ALPHA), "*no grid file: */redline.yaml does not exist; pass --redline-grid PATH")
 
 
+@pytest.mark.slow  # in-process pytester gate run(s): 0.30 s CPU, over the inner loop's 50 s budget (issue 25)
 def test_ini_and_command_line_precedence(project: Project) -> None:
     project.grid(delta="0.2")
     project.pytester.makeini("[pytest]\nredline_delta = 0.05\nredline_correction = bonferroni\nredline_report = ini.json\n")
@@ -98,6 +101,7 @@ def test_ini_and_command_line_precedence(project: Project) -> None:
     assert (report["delta"], report["correction"]) == (0.15, "holm")
 
 
+@pytest.mark.slow  # in-process pytester gate run(s): 0.19 s CPU, over the inner loop's 50 s budget (issue 25)
 def test_grid_delta_used_without_options(project: Project) -> None:
     project.grid(delta="0.2")
     project.run(ALPHA, "--redline-report=report.json")
@@ -111,6 +115,7 @@ def store_file(project: Project):
     return project.path / ".redline" / "outcomes.sqlite"
 
 
+@pytest.mark.slow  # in-process pytester gate run(s): 0.22 s CPU, over the inner loop's 50 s budget (issue 25)
 def test_corrupt_store_detected(project: Project) -> None:
     project.grid()
     assert project.run(ALPHA).ret == 0
@@ -143,6 +148,7 @@ def test_foreign_store_detected(project: Project) -> None:
     result.stderr.fnmatch_lines(["*outcomes.sqlite: a foreign SQLite database (tables: users), not ours*"])
 
 
+@pytest.mark.slow  # in-process pytester gate run(s): 0.25 s CPU, over the inner loop's 50 s budget (issue 25)
 def test_newer_store_refused(project: Project) -> None:
     project.grid()
     project.run(ALPHA)

@@ -50,6 +50,7 @@ def test_a_partial_run_still_writes_the_page_and_marks_it_partial(pytester, run_
     assert '<h1 id="verdict">REDLINE PARTIAL</h1>' in page and "PARTIAL: nothing is certified" in page
 
 
+@pytest.mark.slow  # in-process pytester gate run(s): 0.48 s CPU, over the inner loop's 50 s budget (issue 25)
 def test_the_page_tells_the_trade_the_spend_and_reuse_and_leads_with_the_deployed_regressions(pytester, run_gate):
     """The headline gives the gain and the accuracy cost; the spend says what was spent and where (a
     replay: nothing now), never "GPU spend"; a rerun's decode s reads 'reused'; the deployed

@@ -50,6 +50,7 @@ def _dots(svg: str) -> list[tuple[float, float, float]]:
 
 @pytest.mark.parametrize("points, deployed", [(PUBLISHED, "acc85/semi70"), (CROWDED, "cc85/semi85"),
                                               (PUBLISHED + CROWDED, "acc85/semi70")])
+@pytest.mark.slow  # renders charts with matplotlib: 1.15 s CPU, over the inner loop's 50 s budget (issue 25)
 def test_labels_rendered_by_matplotlib_neither_overlap_nor_leave_the_figure(points, deployed):
     svg = _chart(points, deployed)
     boxes = _text_boxes(svg)
@@ -64,6 +65,7 @@ def test_labels_rendered_by_matplotlib_neither_overlap_nor_leave_the_figure(poin
             assert not box_a.meets(Box(x - r, y - r, x + r, y + r)), (a, x, y)
 
 
+@pytest.mark.slow  # renders charts with matplotlib: 0.44 s CPU, over the inner loop's 50 s budget (issue 25)
 def test_the_width_bound_holds_for_dejavu_sans():
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure

@@ -76,6 +76,7 @@ def test_equivalent_stop_rule_pvalues(n: int, alpha: float, m: int, correction: 
 
 
 @given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 300), batch=st.integers(1, 40), data=st.data())
+@pytest.mark.slow  # a long schedule-equivalence search: 0.23 s CPU, over the inner loop's 50 s budget (issue 25)
 def test_partition_schedule_batches(seed: int, n: int, batch: int, data) -> None:
     reference = data.draw(st.lists(st.booleans(), min_size=n, max_size=n))
     batches = Schedule(n, batch, seed, StopRule(n, 0, 0)).batches(reference)
@@ -129,6 +130,7 @@ def test_exact_early_stop_schedule_run(seed: int, batch: int) -> None:
 @example(seed=0, m=2, n=60, alpha=0.1, batch=8, correction="holm")
 @example(seed=3, m=6, n=400, alpha=0.3, batch=1, correction="holm")
 @example(seed=11, m=6, n=30, alpha=0.3, batch=16, correction="bonferroni")
+@pytest.mark.slow  # a long schedule-equivalence search: 1.45 s CPU, over the inner loop's 50 s budget (issue 25)
 def test_equivalent_valid_sets_scheduled_and_full(seed, m, n, alpha, batch, correction) -> None:
     table = random_table(seed, m, n)
     assume(risk.critical_count(n, alpha, DELTA / m) >= 0)  # the gate refuses smaller n (calibration._check_n)

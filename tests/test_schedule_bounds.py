@@ -26,6 +26,7 @@ def by_name(report: dict) -> dict[str, dict]:
     return {c["name"]: c for c in report["configs"]}
 
 
+@pytest.mark.slow  # in-process pytester gate run(s): 0.22 s CPU, over the inner loop's 50 s budget (issue 25)
 def test_bound_that_lies_makes_the_run_partial(project: Project) -> None:
     project.grid(configs="{ref: {forwards: 10}, fast: {forwards: 5, wrong: [q3], bounds: {forwards: [1, 4], tokens: [0, 10]}}}")
     result = project.run(ALPHA, "--redline-report=report.json")
@@ -60,6 +61,7 @@ def decoded(project: Project) -> int:
     return sum(len(call["prompts"]) for call in project.calls())
 
 
+@pytest.mark.slow  # in-process pytester gate run(s): 0.43 s CPU, over the inner loop's 50 s budget (issue 25)
 def test_memory_grid_with_declared_constants_decodes_no_contender(project: Project) -> None:
     project.grid(MEMORY)
     full = project.run(ALPHA, "--redline-full", "--redline-no-cache", "--redline-report=full.json")
@@ -150,6 +152,7 @@ def test_gate_mode_decodes_only_the_named_config_for_cost(project: Project) -> N
                                  "hint: the best-cost valid config is fast or also (valid, not decoded for cost in gate mode*"])
 
 
+@pytest.mark.slow  # in-process pytester gate run(s): 0.22 s CPU, over the inner loop's 50 s budget (issue 25)
 def test_exact_deployment_breaks_a_float_near_tie(project: Project) -> None:
     """c1 and c2 have the same prompts' APFs in another order: equal exactly, but their float
     means differ in the last bit (2.5799999999999996 and 2.58). The exact rule deploys c1 (ties

@@ -29,6 +29,7 @@ def by_name(report: dict) -> dict[str, dict]:
     return {c["name"]: c for c in report["configs"]}
 
 
+@pytest.mark.slow  # in-process pytester gate run(s): 0.21 s CPU, over the inner loop's 50 s budget (issue 25)
 def test_skipped_items_show_why(project: Project) -> None:
     project.grid(configs=WRONG_REFERENCE)
     result = project.run(ALPHA, "-rs", "--redline-report=report.json")
@@ -74,6 +75,7 @@ def test_full_option_decodes_everything(project: Project) -> None:
     assert all(c["prompts_run"] == 60 and c["stopped"] is None for c in report["configs"])
 
 
+@pytest.mark.slow  # in-process pytester gate run(s): 1.12 s CPU, over the inner loop's 50 s budget (issue 25)
 def test_equivalent_verdict_any_seed(project: Project) -> None:
     project.grid()
     project.run(ALPHA, "--redline-report=zero.json")
@@ -86,6 +88,7 @@ def test_equivalent_verdict_any_seed(project: Project) -> None:
     assert (one["deployed"], two["schedule"]["seed"]) == (two["deployed"], 5)
 
 
+@pytest.mark.slow  # in-process pytester gate run(s): 0.45 s CPU, over the inner loop's 50 s budget (issue 25)
 def test_incremental_rerun_decodes_only_changed_config(project: Project) -> None:
     project.grid()
     project.run(ALPHA)
@@ -101,6 +104,7 @@ def test_incremental_rerun_decodes_only_changed_config(project: Project) -> None
     assert report["outcomes"]["decoded"] == by_name(report)["fast"]["prompts_run"] == 60
 
 
+@pytest.mark.slow  # in-process pytester gate run(s): 0.43 s CPU, over the inner loop's 50 s budget (issue 25)
 def test_outcome_export_needs_full_run(project: Project) -> None:
     project.grid()
     refused = project.run(ALPHA, "--redline-outcomes=out.csv")
@@ -116,6 +120,7 @@ def test_outcome_export_needs_full_run(project: Project) -> None:
     assert (project.path / "again.csv").read_text() == (project.path / "out.csv").read_text()
 
 
+@pytest.mark.slow  # in-process pytester gate run(s): 0.19 s CPU, over the inner loop's 50 s budget (issue 25)
 def test_fallback_to_full_run_when_selection_partial(project: Project) -> None:
     project.grid()
     result = project.run(ALPHA, "-k", "not q1", "--redline-report=report.json")
@@ -125,6 +130,7 @@ def test_fallback_to_full_run_when_selection_partial(project: Project) -> None:
     assert "skipped" not in result.parseoutcomes()
 
 
+@pytest.mark.slow  # in-process pytester gate run(s): 0.18 s CPU, over the inner loop's 50 s budget (issue 25)
 def test_fallback_to_full_run_when_reference_errors(project: Project) -> None:
     project.grid(configs="{ref: {forwards: 10, fail_on: q5}, fast: {forwards: 5, wrong: [q3]}}")
     result = project.run(ALPHA)
@@ -141,6 +147,7 @@ def test_fallback_to_full_run_when_reference_errors(project: Project) -> None:
     ({"suite_args": "{n: 60, path: data/missing.jsonl}"}, "suite_args.path"),
     ({"configs": "{ref: {}, fast: {engine_args: {draft: drafts/small}}}"}, "configs.fast.engine_args.draft"),
 ])
+@pytest.mark.slow  # in-process pytester gate run(s): 0.19 s CPU, over the inner loop's 50 s budget (issue 25)
 def test_usage_error_missing_input_path(project: Project, replace: dict, key: str) -> None:
     project.grid(**replace)
     result = project.run(ALPHA)
@@ -151,6 +158,7 @@ def test_usage_error_missing_input_path(project: Project, replace: dict, key: st
     assert project.calls() == [] and not (project.path / ".redline").exists()
 
 
+@pytest.mark.slow  # in-process pytester gate run(s): 0.23 s CPU, over the inner loop's 50 s budget (issue 25)
 def test_engine_build_failure_reported_once(project: Project) -> None:
     project.grid(engine_args="{log_path: calls.jsonl, colour: red}")
     result = project.run(ALPHA)
@@ -161,6 +169,7 @@ def test_engine_build_failure_reported_once(project: Project) -> None:
     assert text.count("config 'ref': its engine failed to build (the full error is reported at redline.yaml::ref::q0)") == 179
 
 
+@pytest.mark.slow  # in-process pytester gate run(s): 0.35 s CPU, over the inner loop's 50 s budget (issue 25)
 def test_prompts_needed_over_limit_said_not_computed(project: Project) -> None:
     wrong = ", ".join(f"q{i}" for i in range(0, 190, 10))  # risk 19/200, just under alpha: ~22,000 prompts needed
     project.grid(suite_args="{n: 200}", configs=f"{{ref: {{}}, near: {{forwards: 5, wrong: [{wrong}]}}}}", deploy="near")

@@ -154,6 +154,7 @@ def test_migrated_schema_1_store(tmp_path: Path) -> None:
 
 # --- the answer and the rule in every item's properties and the report -----------------------
 
+@pytest.mark.slow  # in-process pytester gate run(s): 0.18 s CPU, over the inner loop's 50 s budget (issue 25)
 def test_properties_carry_answer_and_rule(pytester: pytest.Pytester) -> None:
     project = Project(pytester)
     install_gold(project.path)

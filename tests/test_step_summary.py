@@ -109,6 +109,7 @@ class Page(HTMLParser):
             self._open[-1]["text"].append(data)
 
 
+@pytest.mark.slow  # in-process pytester gate run(s): 0.24 s CPU, over the inner loop's 50 s budget (issue 25)
 def test_one_table_row_per_config_with_the_reports_figures(verdict):
     (grid,) = step_summary.grids([verdict])
     page = Page(html_of(step_summary.render([grid], PROVENANCE)))
@@ -128,6 +129,7 @@ def test_one_table_row_per_config_with_the_reports_figures(verdict):
         step_summary.render([grid], PROVENANCE))
 
 
+@pytest.mark.slow  # in-process pytester gate run(s): 0.22 s CPU, over the inner loop's 50 s budget (issue 25)
 def test_one_details_block_per_regressing_config_deployed_first(verdict):
     (grid,) = step_summary.grids([verdict])
     page = Page(html_of(step_summary.render([grid], PROVENANCE)))
@@ -211,6 +213,7 @@ def test_regressions_are_cut_first_and_counted(verdict):
     ("acc99/semi90", 0.1, "note: acc99/semi90 is certified but slower than the reference acc95/semi90 on tpf (-25.3%); "
                           "it is still the requested config"),
 ])
+@pytest.mark.slow  # in-process pytester gate run(s): 1.38 s CPU, over the inner loop's 50 s budget (issue 25)
 def test_the_verdict_in_the_modes_own_terms(deploy, alpha, words):
     v = replayed(alpha, deploy)
     (grid,) = step_summary.grids([v])
@@ -272,6 +275,7 @@ def test_the_gate_writes_the_summary_and_appends_to_the_step_summary(pytester, m
     assert [row[1] for row in page.tables[0][1:]] == ["acc95/semi90", "acc85/semi70"]
 
 
+@pytest.mark.slow  # in-process pytester gate run(s): 0.18 s CPU, over the inner loop's 50 s budget (issue 25)
 def test_a_partial_run_writes_a_partial_summary(pytester, monkeypatch):
     _small_grid(pytester)
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
@@ -283,6 +287,7 @@ def test_a_partial_run_writes_a_partial_summary(pytester, monkeypatch):
     assert "| config |" not in doc  # no table: nothing was certified
 
 
+@pytest.mark.slow  # in-process pytester gate run(s): 0.66 s CPU, over the inner loop's 50 s budget (issue 25)
 def test_summary_usage_errors(pytester, monkeypatch):
     _small_grid(pytester)
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)

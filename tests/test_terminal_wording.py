@@ -35,6 +35,7 @@ def test_the_header_says_only_grids_are_collected_and_explains_the_marks(project
     named.stdout.fnmatch_lines(["redline: gating redline.yaml"])
 
 
+@pytest.mark.slow  # in-process pytester gate run(s): 0.21 s CPU, over the inner loop's 50 s budget (issue 25)
 def test_a_memory_grid_selects_the_best_cost_config_not_the_fastest(project: Project) -> None:
     project.grid(cost="memory_gb", direction="lower")
     result = project.run(ALPHA, "--redline-full")
@@ -42,6 +43,7 @@ def test_a_memory_grid_selects_the_best_cost_config_not_the_fastest(project: Pro
     assert "fastest valid" not in result.stdout.str()
 
 
+@pytest.mark.slow  # in-process pytester gate run(s): 0.21 s CPU, over the inner loop's 50 s budget (issue 25)
 def test_a_stopped_config_names_the_rate_its_stop_used_beside_the_risk_column(project: Project) -> None:
     project.grid()
     result = project.run(ALPHA, "--redline-report=report.json")
