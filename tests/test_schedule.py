@@ -76,7 +76,7 @@ def test_equivalent_stop_rule_pvalues(n: int, alpha: float, m: int, correction: 
 
 
 @given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 300), batch=st.integers(1, 40), data=st.data())
-@pytest.mark.slow  # a long schedule-equivalence search: 0.23 s CPU, over the inner loop's 50 s budget (issue 25)
+@pytest.mark.slow  # a hypothesis search over partition schedules: 0.23 s CPU, over the inner loop's 50 s budget (issue 25)
 def test_partition_schedule_batches(seed: int, n: int, batch: int, data) -> None:
     reference = data.draw(st.lists(st.booleans(), min_size=n, max_size=n))
     batches = Schedule(n, batch, seed, StopRule(n, 0, 0)).batches(reference)
