@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from fractions import Fraction
 from dataclasses import dataclass
+from fractions import Fraction
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 import numpy as np
@@ -390,6 +391,8 @@ def judge(record: GridRecord, spend: Spend | None = None, mode: str = "full",
             raise ValueError(skip_error)
         cost = table.cost(cal.grid.cost) if table is not None else seen.cost_on(ran, cal.grid.cost)
         ran_outcomes = None if ran is None else seen.select(ran)
+        costed = table if table is not None else seen  # cost arrays read in this outcomes pass, for the exact deployment below
+        cells = SimpleNamespace(tokens=costed.tokens, forwards=costed.forwards, extra=costed.extra, n=costed.n)
         options["eligible"] = None if cal.grid.min_gain is None else eligible(cal, cost)
         alpha_min = None if table is None else risk.alpha_min(table.correct, cost, cal.reference, cal.delta_share, **options)
         if ran is None:
@@ -402,7 +405,7 @@ def judge(record: GridRecord, spend: Spend | None = None, mode: str = "full",
                 decided={cal.configs.index(c): bool(d.get("out")) for c, d in (decided or {}).items()},
             )
             result = scheduled.result
-        result = _exact_deployment(cal, result, table if table is not None else seen, scheduled, options["eligible"], decided)
+        result = _exact_deployment(cal, result, cells, scheduled, options["eligible"], decided)
         if scheduled is None:  # integer counts, never the scaled estimate (certify_scheduled tests its own)
             reverse = risk.exceeds_budget(result.violations, cal.n, result.reference_index, cal.alpha, cal.delta_share, cal.correction)
         else:
