@@ -193,8 +193,9 @@ def test_prompts_needed_over_limit_said_not_computed(project: Project) -> None:
 @example(seed=0, m=4, n=150, alpha=0.2)
 @example(seed=1, m=4, n=60, alpha=0.2)  # costs on the prompts run deploy another config than costs on all
 def test_equivalent_deployment_scheduled_and_full_through_gate(project: Project, seed: int, m: int, n: int, alpha: float) -> None:
-    """Random outcome tables, gated twice (scheduled and --redline-full) as a replayed grid and
-    as a live one (a deterministic engine): the same valid sets and the same deployed config."""
+    """Random outcome tables, gated twice (scheduled, with the adaptive visiting order the
+    decoder always uses, and --redline-full) as a replayed grid and as a live one (a
+    deterministic engine): the same valid sets and the same deployed config."""
     random_table(seed, m, n).write_csv(project.path / "table.csv")
     names = ", ".join(f"c{i}: {{config: c{i}}}" for i in range(m))
     project.grid("name: replayed\nengine: replay\nengine_args: {outcomes: table.csv}\nreference: c0\ndeploy: fastest\n",
@@ -208,6 +209,7 @@ def test_equivalent_deployment_scheduled_and_full_through_gate(project: Project,
     for scheduled, full in zip(project.report("scheduled.json")["grids"], project.report("full.json")["grids"]):
         assert [c["valid"] for c in scheduled["configs"]] == [c["valid"] for c in full["configs"]]
         assert scheduled["deployed"] == full["deployed"]
+        assert all(c["stopped"] for c in scheduled["configs"] if c["estimates_biased"])  # only a stopped config's
         deployed = by_name(scheduled)[scheduled["deployed"]]
         assert (deployed["cost"], deployed["net_accuracy_points"]) == pytest.approx(
             (by_name(full)[full["deployed"]]["cost"], by_name(full)[full["deployed"]]["net_accuracy_points"]))
