@@ -23,7 +23,8 @@ and the numbers are read from its JSON report.
    (``costbounds.settle``, the decoder's own loop: "bounds"); and the forwards spent against
    the full grid's for each. "adaptive": the same with the decoder's adaptive visiting order
    (``Schedule.run`` given the prompts where the candidates before it regressed, as ``Decoder``
-   passes them); the other columns use the seeded order the decoder used before. The speculative grids declare APF in [1, gamma + 1], the memory
+   passes them); the other columns use the seeded order the decoder used before. The
+   speculative grids declare APF in [1, gamma + 1], the memory
    grid a constant per config, the block-diffusion grids tokens <= max_new_tokens, forwards
    >= 1 and TPF <= block x buffer (the published data does not give those parameters: the
    grid's largest values stand in for them).
