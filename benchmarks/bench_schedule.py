@@ -27,7 +27,10 @@ and the numbers are read from its JSON report.
    speculative grids declare APF in [1, gamma + 1], the memory
    grid a constant per config, the block-diffusion grids tokens <= max_new_tokens, forwards
    >= 1 and TPF <= block x buffer (the published data does not give those parameters: the
-   grid's largest values stand in for them).
+   grid's largest values stand in for them). Then (also ``--decoder``) the six published grids
+   that record forwards are gated live through the real ``Decoder`` (the tests' ``table``
+   engine, no declared bounds, alpha 0.10, seed 0): the prompts each config ran on, from the
+   JSON report, against the simulation with the adaptive order.
 3. **Embedded grid** (``redline.yaml``): a cold scheduled run against a cold ``--redline-full``
    run (forwards and wall time, each in a fresh store); a rerun with nothing changed (it
    must decode nothing; its wall time as a share of the cold run's: the goal is <= 10 %),
