@@ -4,6 +4,7 @@
     python benchmarks/bench_schedule.py --published   # the paper's block-diffusion grids, replayed (about a minute)
     python benchmarks/bench_schedule.py --embedded    # redline.yaml, decoded by the embedded model (minutes on a CPU)
     python benchmarks/bench_schedule.py --live        # the published grids served live: deployment agrees? (minutes)
+    python benchmarks/bench_schedule.py --decoder     # the adaptive order through the real Decoder (part of --live)
 
 Every figure comes from the gate itself: ``pytest --redline-alpha=...`` runs in a subprocess
 and the numbers are read from its JSON report.
@@ -20,10 +21,16 @@ and the numbers are read from its JSON report.
    and after it: every valid candidate decoded on the prompts it skipped ("decode all"), and
    contenders decided by cost intervals from the bounds each engine family declares
    (``costbounds.settle``, the decoder's own loop: "bounds"); and the forwards spent against
-   the full grid's for each. The speculative grids declare APF in [1, gamma + 1], the memory
+   the full grid's for each. "adaptive": the same with the decoder's adaptive visiting order
+   (``Schedule.run`` given the prompts where the candidates before it regressed, as ``Decoder``
+   passes them); the other columns use the seeded order the decoder used before. The
+   speculative grids declare APF in [1, gamma + 1], the memory
    grid a constant per config, the block-diffusion grids tokens <= max_new_tokens, forwards
    >= 1 and TPF <= block x buffer (the published data does not give those parameters: the
-   grid's largest values stand in for them).
+   grid's largest values stand in for them). Then (also ``--decoder``) the six published grids
+   that record forwards are gated live through the real ``Decoder`` (the tests' ``table``
+   engine, no declared bounds, alpha 0.10, seed 0): the prompts each config ran on, from the
+   JSON report, against the simulation with the adaptive order.
 3. **Embedded grid** (``redline.yaml``): a cold scheduled run against a cold ``--redline-full``
    run (forwards and wall time, each in a fresh store); a rerun with nothing changed (it
    must decode nothing; its wall time as a share of the cold run's: the goal is <= 10 %),
@@ -51,7 +58,7 @@ PUBLISHED = ("llada2_math", "llada2_code", "sdar_math", "sdar_code")
 
 
 def gate(grid: Path, work: Path, *options: str, alpha: float, seed: int, threads: int,
-         bytecode: bool = False) -> tuple[dict, float, float]:
+         bytecode: bool = False, pythonpath: Path | None = None) -> tuple[dict, float, float]:
     """Run the gate on one grid; returns (its JSON report, wall seconds, CPU seconds).
 
     CPU seconds (user + system of the child) are printed beside wall time because a shared
@@ -60,6 +67,8 @@ def gate(grid: Path, work: Path, *options: str, alpha: float, seed: int, threads
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--redline-alpha={alpha}",
                f"--redline-seed={seed}", f"--redline-grid={grid}", f"--redline-report={report}", *options]
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    if pythonpath is not None:  # where the tests' fake engines are installed
+        env["PYTHONPATH"] = os.pathsep.join([str(pythonpath), env.get("PYTHONPATH", "")])
     if bytecode:  # Python's default: compiled (and assertion-rewritten) modules cached in __pycache__
         env.pop("PYTHONDONTWRITEBYTECODE", None)
     before, start = _child_cpu(), time.perf_counter()
@@ -168,7 +177,7 @@ def live(args: argparse.Namespace) -> None:
 
     from pytest_redline import risk
     from pytest_redline.outcomes import cost_direction
-    from pytest_redline.schedule import Schedule, StopRule, contenders
+    from pytest_redline.schedule import Schedule, StopRule
     from pytest_redline.verdict import certify_scheduled
 
     runs = len(LIVE_ALPHAS) * len(LIVE_SEEDS)
@@ -176,9 +185,10 @@ def live(args: argparse.Namespace) -> None:
           f"seeds 0..{LIVE_SEEDS[-1]}, batches of 16, delta 0.10: {runs} runs per grid")
     print("spent: forwards against the full grid's (items for the memory grid, which has no forwards); "
           "before: costs on the prompts run; decode all: every valid candidate decoded everywhere; "
-          "bounds: contenders decided by cost intervals from the declared bounds")
-    print(f"{'grid':<20} {'n':>5} {'m':>2}  {'deployment agrees':>17} {'(before)':>8} {'(decode all)':>12}  "
-          f"{'spent: before':>13} {'decode all':>10} {'bounds':>7}  declared")
+          "bounds: contenders decided by cost intervals from the declared bounds (seeded order); adaptive: the same "
+          "with the adaptive visiting order (agrees: same valid set and deployment)")
+    print(f"{'grid':<20} {'n':>5} {'m':>2}  {'deployment agrees':>17} {'(before)':>8} {'(decode all)':>12} {'(adaptive)':>10}  "
+          f"{'spent: before':>13} {'decode all':>10} {'bounds':>7} {'adaptive':>9}  declared")
     for name in LIVE_GRIDS:
         table, cost, reference = published_table(name)
         order = [table.index(reference)] + [i for i in range(table.m) if table.configs[i] != reference]
@@ -187,35 +197,104 @@ def live(args: argparse.Namespace) -> None:
         lower = cost_direction(cost) == "lower"
         weight = np.ones_like(table.tokens) if cost == "memory_gb" else table.forwards
         bounds, said = declared_bounds(table, cost)
-        agree = {"before": 0, "all": 0, "bounds": 0}
-        spent: dict[str, list[float]] = {"before": [], "all": [], "bounds": []}
+        agree = {"before": 0, "all": 0, "bounds": 0, "adaptive": 0}
+        spent: dict[str, list[float]] = {"before": [], "all": [], "bounds": [], "adaptive": []}
         cost_all = table.cost(cost)
         for alpha in LIVE_ALPHAS:
             full = risk.certify(table.correct, cost_all, 0, alpha, 0.10, lower_is_better=lower)
             rule = StopRule.of(n, alpha, 0.10, m, "holm")
             for seed in LIVE_SEEDS:
-                schedule = Schedule(n, 16, seed, rule)
-                ran = np.zeros((m, n), dtype=bool)
-                ran[0] = True
-                scheduled = [None]
-                for i in range(1, m):
-                    scheduled.append(schedule.run(table.correct[0], lambda b: {j: bool(table.correct[i, j]) for j in b}))
-                    ran[i, list(scheduled[i].ran)] = True
-                stops = [None if r is None else r.stop for r in scheduled]
-                chosen = contenders(scheduled, 0, n, alpha, 0.10, "holm")
+                ran, stops, chosen = schedules(table, Schedule(n, 16, seed, rule), alpha)
                 before, every, bounded = ran.copy(), ran.copy(), ran.copy()
                 every[list(chosen)] = True
                 decided = settle_on_table(table, cost, bounds, bounded, chosen, 16, lower)
+                adaptive, adaptive_stops, adaptive_chosen = schedules(table, Schedule(n, 16, seed, rule, adaptive=True), alpha)
+                adaptive_decided = settle_on_table(table, cost, bounds, adaptive, adaptive_chosen, 16, lower)
+                result = certify_scheduled(table.correct, adaptive, adaptive_stops, table.cost_on(adaptive, cost), 0, rule, alpha,
+                                           0.10, lower_is_better=lower, decided=adaptive_decided).result
+                agree["adaptive"] += result.deployed_index == full.deployed_index and result.valid.tolist() == full.valid.tolist()
                 agree["before"] += int(risk.select_deployed(full.valid, -table.cost_on(before, cost) if lower else
                                                             table.cost_on(before, cost), 0)) == full.deployed_index
                 for key, mask, settled in (("all", every, None), ("bounds", bounded, decided)):
                     result = certify_scheduled(table.correct, mask, stops, table.cost_on(mask, cost), 0, rule, alpha, 0.10,
                                                lower_is_better=lower, decided=settled).result
                     agree[key] += result.deployed_index == full.deployed_index
-                for key, mask in (("before", before), ("all", every), ("bounds", bounded)):
+                for key, mask in (("before", before), ("all", every), ("bounds", bounded), ("adaptive", adaptive)):
                     spent[key].append(weight[mask].sum() / weight.sum())
         print(f"{name:<20} {n:>5} {m:>2}  {agree['bounds']:>10}/{runs:<6} {agree['before']:>5}/{runs:<2} {agree['all']:>9}/{runs:<2}  "
-              f"{np.mean(spent['before']):>12.3f}x {np.mean(spent['all']):>9.3f}x {np.mean(spent['bounds']):>6.3f}x  {said}")
+              f"{agree['adaptive']:>8}/{runs:<2}  {np.mean(spent['before']):>12.3f}x {np.mean(spent['all']):>9.3f}x "
+              f"{np.mean(spent['bounds']):>6.3f}x {np.mean(spent['adaptive']):>8.3f}x  {said}")
+
+
+def decoder_check(args: argparse.Namespace, work: Path) -> None:
+    """The adaptive order through the real ``Decoder``: each published grid with forwards served live by the
+    tests' ``table`` engine (no declared bounds, so every contender is decoded everywhere), gated
+    once, scheduled, at alpha 0.10, seed 0; what each config ran on, from the JSON report,
+    against the in-process simulation above (``schedules`` with the adaptive order, contenders
+    everywhere)."""
+    import numpy as np
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from published import published_table
+    from redline_fakes import install
+
+    from pytest_redline.schedule import Schedule, StopRule
+
+    alpha, seed = 0.10, 0
+    install(work)
+    print(f"\n== the adaptive order through the real Decoder (the gate, table engine, no declared bounds): alpha {alpha}, "
+          f"seed {seed}, batches of 16")
+    print("spent: forwards on the prompts each config ran on against the full grid's (exact, from the table); the gate's "
+          "own spend line estimates the forwards of skipped items at each config's mean")
+    print(f"{'grid':<20} {'items run':>10} {'simulated':>10}  {'same prompts per config':>23}  {'spent: adaptive':>15} "
+          f"{'seeded (simulated)':>18} {'gate spend line':>15}  {'wall s':>6}")
+    for name in LIVE_GRIDS:
+        table, cost, reference = published_table(name)
+        if cost == "memory_gb":  # the published memory grid has no forwards to serve: not run here
+            continue
+        order = [table.index(reference)] + [i for i in range(table.m) if table.configs[i] != reference]
+        table = table.select([table.configs[i] for i in order])
+        csv = work / f"{name}.csv"
+        table.write_csv(csv)
+        configs = ", ".join(f"{json.dumps(c)}: {{config: {json.dumps(c)}}}" for c in table.configs)
+        grid = work / f"{name}.yaml"
+        grid.write_text(f"name: {name}\nsuite: table\nsuite_args: {{outcomes: {csv}}}\nengine: table\n"
+                        f"engine_args: {{outcomes: {csv}}}\ncost: {cost}\nreference: {json.dumps(table.configs[0])}\n"
+                        f"batch_size: 16\nconfigs: {{{configs}}}\ndeploy: fastest\n")
+        start = time.perf_counter()
+        report, _, _ = gate(grid, work, "--redline-no-cache", alpha=alpha, seed=seed, threads=args.threads, pythonpath=work)
+        wall = time.perf_counter() - start
+        rule = StopRule.of(table.n, alpha, 0.10, table.m, "holm")
+        masks = {}
+        for adaptive in (True, False):
+            ran, _, chosen = schedules(table, Schedule(table.n, 16, seed, rule, adaptive=adaptive), alpha)
+            ran[list(chosen)] = True
+            masks[adaptive] = ran
+        if "ran_on" not in report["configs"][0]:
+            sys.exit(f"the gate did not certify {name}: {json.dumps(report)[:2000]}")
+        gated = np.array([[p in set(c["ran_on"]) for p in table.prompts] for c in report["configs"]])
+        weight = np.ones_like(table.tokens) if cost == "memory_gb" else table.forwards
+        spend = report["spend"]
+        print(f"{name:<20} {int(gated.sum()):>10} {int(masks[True].sum()):>10}  {str(bool((gated == masks[True]).all())):>23}  "
+              f"{weight[gated].sum() / weight.sum():>14.3f}x {weight[masks[False]].sum() / weight.sum():>17.3f}x "
+              f"{spend['ratio']:>14.3f}x  {wall:>6.1f}")
+
+
+def schedules(table, schedule, alpha: float):
+    """Every candidate's schedule on a table (the reference in row 0), each given the prompts where
+    the candidates before it regressed, as the decoder does: (ran mask, stops, contenders)."""
+    import numpy as np
+
+    from pytest_redline.schedule import contenders
+
+    ran = np.zeros((table.m, table.n), dtype=bool)
+    ran[0] = True
+    runs, regressed = [None], set()
+    for i in range(1, table.m):
+        runs.append(schedule.run(table.correct[0], lambda b: {j: bool(table.correct[i, j]) for j in b}, regressed))
+        ran[i, list(runs[i].ran)] = True
+        regressed.update(j for j in runs[i].ran if not table.correct[i, j])
+    return ran, [None if r is None else r.stop for r in runs], contenders(runs, 0, table.n, alpha, 0.10, "holm")
 
 
 def changed_copy(grid_path: Path, work: Path) -> tuple[Path, str]:
@@ -277,19 +356,22 @@ def main() -> None:
     parser.add_argument("--published", action="store_true", help="only the published grids")
     parser.add_argument("--embedded", action="store_true", help="only the embedded grid")
     parser.add_argument("--live", action="store_true", help="only the published grids served live")
+    parser.add_argument("--decoder", action="store_true", help="only the adaptive order through the real Decoder")
     parser.add_argument("--grid", default=str(ROOT / "redline.yaml"), help="the embedded grid (default redline.yaml)")
     parser.add_argument("--alpha", type=float, default=0.10)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     sys.stdout.reconfigure(line_buffering=True)
-    both = not (args.published or args.embedded or args.live)
+    both = not (args.published or args.embedded or args.live or args.decoder)
     print(f"{platform.platform()}, {os.cpu_count()} CPUs, Python {platform.python_version()}")
     with tempfile.TemporaryDirectory(prefix="bench-schedule-") as folder:
         if args.published or both:
             published(args, Path(folder))
         if args.live or both:
             live(args)
+        if args.live or args.decoder or both:
+            decoder_check(args, Path(folder))
         if args.embedded or both:
             embedded(args, Path(folder))
 

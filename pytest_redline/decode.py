@@ -11,8 +11,9 @@ suite unless the engine set ``correct``, and committed to the store one outcome 
   config gets all that config's needed batches.
 - Otherwise candidates follow the :class:`~pytest_redline.schedule.Schedule`: the first
   outcome asked of a candidate gets the reference's outcomes on every prompt, then decodes
-  the candidate's scheduled batches one after another until its verdict is decided. Its
-  other items are :class:`Skipped` on purpose.
+  each candidate's scheduled batches one after another until its verdict is decided,
+  visiting first the batches where the candidates before it regressed (the adaptive order).
+  Its other items are :class:`Skipped` on purpose.
 
 Several processes (xdist workers) share the store: a process takes a lease on a batch
 before decoding it, and waits for batches whose lease another live process holds. So each
@@ -98,7 +99,7 @@ class Decoder:
         self.progress, self.poll_s = progress, poll_s
         self.batch_size = cal.grid.batch_size
         self.runner = BatchRunner(cal.grid.timeout)
-        self.schedule = None if cal.full else Schedule(cal.n, self.batch_size, cal.seed, cal.stop_rule())
+        self.schedule = None if cal.full else Schedule(cal.n, self.batch_size, cal.seed, cal.stop_rule(), adaptive=True)
         self.fallback: str | None = None  # why this grid runs in full although scheduling was asked for
         self.config_seconds: dict[str, float] = {}  # wall time spent in engine.generate, per config
         self._planned: set[tuple[str, int]] = set()
@@ -194,9 +195,12 @@ class Decoder:
                 self.fallback = "the reference answers no prompt correctly, so candidates' costs could not be measured"
                 self._runs = dict.fromkeys(candidates)
             else:
+                regressed: set[int] = set()  # where the candidates run so far regressed: visited first
                 for name in candidates:
-                    self._runs[name] = self._scheduled_run(name, reference)
+                    self._runs[name] = self._scheduled_run(name, reference, regressed)
                     self._ran[name] = set(self._runs[name].ran)
+                    outcomes = self._outcomes[name]
+                    regressed.update(i for i in self._ran[name] if i in outcomes and not outcomes[i].correct)
                 self._decode_contenders()
         return self._runs[config]
 
@@ -281,7 +285,7 @@ class Decoder:
                     short=f"config {config!r}: its engine's cost_bounds failed"))
         return self._bounds[config]
 
-    def _scheduled_run(self, config: str, reference: list[bool]) -> CandidateRun:
+    def _scheduled_run(self, config: str, reference: list[bool], regressed: set[int]) -> CandidateRun:
         batches = self.schedule.batches(reference)
         tracker = _Progress(self, config, sum(map(len, batches)), len(batches), "reference-correct prompts")
         number = iter(range(1, len(batches) + 1))
@@ -290,7 +294,7 @@ class Decoder:
             self._get(config, [Batch(next(number), prompts)], tracker)
             return {i: self._outcomes[config][i].correct for i in prompts if i in self._outcomes[config]}
 
-        run = self.schedule.run(reference, fetch)
+        run = self.schedule.run(reference, fetch, regressed)
         tracker.finish(f", stopped: {run.stop}" if run.stop else "")
         return run
 

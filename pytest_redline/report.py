@@ -112,6 +112,8 @@ def _note(v: GridVerdict, i: int) -> str:
     r, sched = v.result, v.scheduled
     stop = sched.stops[i] if sched else None
     notes = [f"stopped early: {stop}"] if stop else []
+    if v.estimate_biased(i):
+        notes.append("acc_rc and its risk estimate are biased: the adaptive order ran it first where others regressed")
     if not r.valid[i] and i != r.reference_index:
         needed = v.prompts_needed(r.names[i])
         risk = _estimate(v, i)
@@ -136,7 +138,7 @@ def _estimate(v: GridVerdict, i: int) -> str:
         return f"risk {risk:.4f}"
     if sched.seen is not None and abs(risk * v.cal.n - sched.seen[i]) < 1e-6:  # replayed: V on all prompts
         return f"risk on all prompts {risk:.4f}"
-    return f"the rate the stop used {risk:.4f}"
+    return f"the rate the stop used {risk:.4f}" + (" (biased)" if v.estimate_biased(i) else "")
 
 
 def schedule_lines(v: GridVerdict) -> list[str]:
@@ -148,7 +150,8 @@ def schedule_lines(v: GridVerdict) -> list[str]:
         stops = {reason: sum(s == reason for s in record.stops()) for reason in (CANNOT, CERTAIN)}
         early = len(record.skips) - record.skipped(REFERENCE_WRONG)
         lines = [
-            f"schedule: reference first, candidates in a seeded order (seed {cal.seed}); skipped "
+            f"schedule: reference first, candidates in a seeded order (seed {cal.seed}), batches where earlier "
+            f"candidates regressed first; skipped "
             f"{record.skipped(REFERENCE_WRONG)} items where the reference is wrong and {early} after early stops "
             f"({stops[CANNOT]} {CANNOT}, {stops[CERTAIN]} {CERTAIN})"
         ]
@@ -418,6 +421,7 @@ def _configs(v: GridVerdict) -> list[dict[str, Any]]:
         entry["params"] = dict(params[entry["name"]])
         entry["decode_seconds"] = _seconds(v, entry["name"])
         entry["accuracy_on_reference_correct"] = float(kept[i])  # on those it ran on, in a scheduled run
+        entry["estimates_biased"] = v.estimate_biased(i)  # risk estimate, accuracy_on_reference_correct, prompts_needed
         if not v.comparable(i):  # accuracy, cost, gain: all-prompt figures; this config ran on fewer
             entry["cost_on_prompts_run"], entry["gain_on_prompts_run"] = entry["cost"], entry["gain"]
             entry.update(accuracy=None, net_accuracy_points=None)

@@ -29,6 +29,23 @@ is known (:func:`contenders`), and the valid candidates, the *contenders*, are d
 the prompts they skipped until the deployment is decided. The reference ran on all prompts
 already, so its cost is exact.
 
+Adaptive visiting order. The batches are formed once, from the seeded order (above), so each
+batch holds the same prompts, and has the same outcome keys, whatever order it is visited in.
+A candidate visits first the batches holding the most reference-correct prompts on which the
+candidates before it (in config order) regressed, ties in the seeded order
+(:meth:`Schedule.visiting`). The order is a function of the reference's outcomes, the seed and
+the earlier candidates' outcomes, so every process follows the same one. The argument above
+holds for any order: both stops compare the exact V seen so far and the count of prompts not
+yet seen against the bounds on the final V (``V_so_far <= V <= V_so_far + remaining``), which
+are true whichever prompts were seen, and a candidate not stopped runs on every
+reference-correct prompt. So the valid set, the contenders and (below) the deployment are the
+full run's. What an adaptive order does change is what the prompts a stopped candidate ran on
+say about the rest: they are no longer a uniform sample of its reference-correct prompts, so
+its risk estimate, accuracy on the reference-correct prompts and prompts needed are biased
+(towards regressions). Those figures are labelled biased wherever the prompts it ran on are not
+a prefix of the seeded order (:func:`seeded_prefix`), and stay the uniform-sample estimates
+where they are.
+
 Contenders decided by intervals (:mod:`pytest_redline.costbounds`). When the engine declares
 hard bounds on each prompt's cost fields, a contender's all-prompt cost lies in an interval:
 its decoded prompts exactly, the rest anywhere the bounds allow (a mean cost: a sum; the
@@ -69,7 +86,7 @@ function, and the verdict checks every stop again with :meth:`StopRule.decide`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Collection, Mapping, Sequence
 
 import numpy as np
 
@@ -146,12 +163,27 @@ def contenders(
     return tuple(i for i, run in enumerate(runs) if run is not None and valid[i])
 
 
-class Schedule:
-    """The candidates' batches: reference-correct prompts in a seeded order, and the stop rule."""
+def seeded_order(n: int, seed: int) -> np.ndarray:
+    """The one random order of the n prompts that the seed fixes."""
+    return np.random.default_rng(seed).permutation(n)
 
-    def __init__(self, n: int, batch_size: int, seed: int, rule: StopRule) -> None:
-        self.n, self.batch_size, self.seed, self.rule = n, batch_size, seed, rule
-        self.order = np.random.default_rng(seed).permutation(n)
+
+def seeded_prefix(order: Sequence[int], reference_correct: np.ndarray, ran: np.ndarray) -> np.ndarray:
+    """Per config (rows of ``ran``): whether the reference-correct prompts it ran on are a prefix
+    of the seeded ``order``'s reference-correct prompts, i.e. a uniform sample of them."""
+    visit = [int(i) for i in order if reference_correct[i]]
+    counts = np.count_nonzero(ran[:, visit], axis=1)
+    return np.array([bool(ran[r, visit[:k]].all()) for r, k in enumerate(counts)], dtype=bool)
+
+
+class Schedule:
+    """The candidates' batches: reference-correct prompts in a seeded order, and the stop rule.
+
+    ``adaptive``: :meth:`run` visits the batches in :meth:`visiting` order (the module docstring)."""
+
+    def __init__(self, n: int, batch_size: int, seed: int, rule: StopRule, adaptive: bool = False) -> None:
+        self.n, self.batch_size, self.seed, self.rule, self.adaptive = n, batch_size, seed, rule, adaptive
+        self.order = seeded_order(n, seed)
 
     def batches(self, reference_correct: Sequence[bool]) -> list[tuple[int, ...]]:
         """Reference-correct prompts in the seeded order, ``batch_size`` at a time; each batch
@@ -159,17 +191,29 @@ class Schedule:
         visit = [int(i) for i in self.order if reference_correct[i]]
         return [tuple(sorted(visit[k:k + self.batch_size])) for k in range(0, len(visit), self.batch_size)]
 
+    def visiting(self, reference_correct: Sequence[bool], regressed: Collection[int] = ()) -> list[tuple[int, ...]]:
+        """The batches in the order a candidate visits them: seeded, or (``adaptive``) the
+        batches holding the most prompts in ``regressed`` (where earlier candidates regressed)
+        first, ties in the seeded order. The batches themselves are :meth:`batches`'."""
+        batches = self.batches(reference_correct)
+        if not self.adaptive or not regressed:
+            return batches
+        regressed = set(regressed)
+        return sorted(batches, key=lambda b: -sum(i in regressed for i in b))  # stable: ties keep the seeded order
+
     def run(
         self,
         reference_correct: Sequence[bool],
         fetch: Callable[[tuple[int, ...]], Mapping[int, bool]],
+        regressed: Collection[int] = (),
     ) -> CandidateRun:
-        """Decode batch after batch with ``fetch`` (prompt index -> correct; an index missing
-        from its answer had no outcome) until the rule decides or the prompts run out.
+        """Decode batch after batch (:meth:`visiting` order) with ``fetch`` (prompt index ->
+        correct; an index missing from its answer had no outcome) until the rule decides or the
+        prompts run out.
 
         The first batch is always decoded, so that every candidate's cost is measured.
         """
-        batches = self.batches(reference_correct)
+        batches = self.visiting(reference_correct, regressed)
         unknown = sum(len(b) for b in batches)
         violations, ran = 0, []
         for batch in batches:

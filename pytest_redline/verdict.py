@@ -26,7 +26,7 @@ import numpy as np
 from pytest_redline.calibration import Calibration
 from pytest_redline.ledger import GridRecord, Missing
 from pytest_redline.outcomes import OutcomeError, OutcomeTable, gain_kind
-from pytest_redline.schedule import CANNOT, CERTAIN, REFERENCE_WRONG, StopRule
+from pytest_redline.schedule import CANNOT, CERTAIN, REFERENCE_WRONG, StopRule, seeded_order, seeded_prefix
 from pytest_redline.spend import Spend
 
 if TYPE_CHECKING:  # imported when used: the statistics load scipy, which a collection-only run never needs
@@ -51,6 +51,10 @@ class Scheduled:
     are decoded on the prompts they skipped); the others' figures are on the prompts they
     ran on, not comparable. ``on_reference_correct`` is each config's accuracy on the
     reference-correct prompts it ran on (a uniform sample of them): comparable across rows.
+    ``biased`` marks the configs whose prompts run are not a uniform sample: a live config that
+    stopped early on prompts that are not a prefix of the seeded order (the adaptive order
+    visited other batches first), so its ``risk_estimate``, ``on_reference_correct`` and the
+    prompts needed that follow from them lean towards the regressions (:mod:`pytest_redline.schedule`).
     """
 
     result: RedlineResult
@@ -62,6 +66,7 @@ class Scheduled:
     on_reference_correct: np.ndarray
     seen: np.ndarray | None = None  # V counted where known: on the prompts run (a lower bound), or on all (replayed)
     reverse: Reverse | None = None  # the reverse family ("exceeds budget") on ``seen``
+    biased: np.ndarray | None = None  # per config; None: every estimate is a uniform-sample one
 
 
 def certify_scheduled(
@@ -81,6 +86,7 @@ def certify_scheduled(
     correction: str = "holm",
     eligible: np.ndarray | None = None,
     decided: Mapping[int, bool] | None = None,
+    order: Sequence[int] | None = None,
 ) -> Scheduled:
     """Certify a scheduled run: ``correct`` counts only where ``ran``.
 
@@ -96,6 +102,7 @@ def certify_scheduled(
     (the configs that may be deployed: ``min_gain``). ``decided`` (config -> whether it is out)
     names the valid configs the contenders' cost intervals settled without decoding them on every
     prompt (:mod:`pytest_redline.costbounds`): those out are not eligible, the others' cost is exact.
+    ``order`` (the seeded order of all n prompts) marks the ``biased`` estimates.
     """
     from pytest_redline import risk
 
@@ -136,6 +143,9 @@ def certify_scheduled(
     else:
         right_ran = np.count_nonzero(ran & ref_right, axis=1)
         estimate = np.where(unknown > 0, known / np.maximum(right_ran, 1) * ref_right.sum() / n, bound / n)
+    biased = None
+    if everything is None and order is not None:
+        biased = _frozen((unknown > 0) & ~seeded_prefix(order, ref_right, ran))
     short = [i for i in np.flatnonzero(result.valid & ~rows) if i not in decided]
     if short:
         i = int(short[0])
@@ -151,6 +161,7 @@ def certify_scheduled(
         on_reference_correct=_frozen(kept),
         seen=_frozen(seen),
         reverse=reverse,
+        biased=biased,
     )
 
 
@@ -273,6 +284,12 @@ class GridVerdict:
             return self.scheduled.on_reference_correct
         right = self.table.correct[self.result.reference_index]
         return np.count_nonzero(self.table.correct & right, axis=1) / max(int(right.sum()), 1)
+
+    def estimate_biased(self, i: int) -> bool:
+        """Whether config i's risk estimate, accuracy on the reference-correct prompts and prompts
+        needed come from prompts the adaptive order chose, not a uniform sample (:class:`Scheduled`)."""
+        sched = self.scheduled
+        return bool(sched is not None and sched.biased is not None and sched.biased[i])
 
     def risk_estimate(self, i: int) -> float:
         return float(self.scheduled.risk_estimate[i] if self.scheduled else self.result.risk[i])
@@ -403,6 +420,7 @@ def judge(record: GridRecord, spend: Spend | None = None, mode: str = "full",
                 ran_outcomes.correct, ran, stops, cost, cal.configs.index(cal.reference), cal.stop_rule(), cal.alpha,
                 cal.delta_share, everything=None if table is None else table.correct, **options,
                 decided={cal.configs.index(c): bool(d.get("out")) for c, d in (decided or {}).items()},
+                order=seeded_order(cal.n, cal.seed),
             )
             result = scheduled.result
         result = _exact_deployment(cal, result, cells, scheduled, options["eligible"], decided)

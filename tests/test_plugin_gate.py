@@ -282,7 +282,7 @@ def test_progress_lines_show_under_quiet(project: Project, monkeypatch: pytest.M
     result.stdout.fnmatch_lines([
         "redline fake-grid ref: 8/60 prompts, batch 1/8 (1 decoded), * s",
         "redline fake-grid ref: 60/60 prompts, batch 8/8 (8 decoded), * s",
-        "redline fake-grid rash: 16/60 reference-correct prompts, batch 2/8 (2 decoded), * s, stopped: cannot be certified",
+        "redline fake-grid rash: 8/60 reference-correct prompts, batch 1/8 (1 decoded), * s, stopped: cannot be certified",
     ])
 
 

@@ -157,7 +157,7 @@ def test_same_fixture_lifetimes_short_protocol(project: Project) -> None:
     for protocol in ((), ("-p", "fullprotocol")):
         result = project.run(ALPHA, "-p", "recorder", "-p", "events", *protocol, "test_a.py", "redline.yaml", "test_b.py")
         assert result.ret == 0, result.stdout.str()
-        assert result.parseoutcomes()["passed"] == 135
+        assert result.parseoutcomes()["passed"] == 127  # the fake grid's 123 passed items (rash: one batch, adaptive order) + 4
         runs.append((project.path / "events.txt").read_text().splitlines())
         (project.path / "events.txt").unlink()
         took_short = sum(r["full_protocol"] is False for r in reports(project))

@@ -10,7 +10,7 @@ from published import published_table
 
 from pytest_redline import redline_table, risk
 from pytest_redline.outcomes import OutcomeTable
-from pytest_redline.schedule import CANNOT, CERTAIN, Schedule, StopRule, contenders
+from pytest_redline.schedule import CANNOT, CERTAIN, Schedule, StopRule, contenders, seeded_order, seeded_prefix
 from pytest_redline.verdict import certify_scheduled
 
 DELTA = 0.10
@@ -33,20 +33,24 @@ def random_table(seed: int, m: int, n: int) -> OutcomeTable:
     return OutcomeTable(names, tuple(f"p{j}" for j in range(n)), correct, tokens, forwards)
 
 
-def simulate(table: OutcomeTable, alpha: float, batch: int, seed: int, correction: str = "holm", live: bool = True):
+def simulate(table: OutcomeTable, alpha: float, batch: int, seed: int, correction: str = "holm", live: bool = True,
+             adaptive: bool = False):
     """What the gate's decoder does, on a table: (ran mask, stops), reference = row 0.
 
     ``live``: then the valid candidates are decoded on the prompts they skipped (a replayed
-    grid's costs are on all prompts already)."""
+    grid's costs are on all prompts already). ``adaptive``: each candidate visits first the
+    batches where the candidates before it regressed, as the decoder does."""
     rule = StopRule.of(table.n, alpha, DELTA, table.m, correction)
-    schedule = Schedule(table.n, batch, seed, rule)
+    schedule = Schedule(table.n, batch, seed, rule, adaptive=adaptive)
     reference = table.correct[0]
     ran = np.zeros(table.correct.shape, dtype=bool)
     ran[0] = True
     runs = [None]
+    regressed: set[int] = set()
     for i in range(1, table.m):
-        runs.append(schedule.run(reference, lambda prompts: {j: bool(table.correct[i, j]) for j in prompts}))
+        runs.append(schedule.run(reference, lambda prompts: {j: bool(table.correct[i, j]) for j in prompts}, regressed))
         ran[i, list(runs[i].ran)] = True
+        regressed.update(j for j in runs[i].ran if not table.correct[i, j])
     if live:
         ran[list(contenders(runs, 0, table.n, alpha, DELTA, correction))] = True
     return ran, [None if r is None else r.stop for r in runs], rule
@@ -115,6 +119,48 @@ def test_exact_early_stop_schedule_run(seed: int, batch: int) -> None:
     assert (run.violations, run.unknown, run.ran) == (v[-1], right - seen[-1], tuple(j for b in fetched for j in b))
 
 
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 200), batch=st.integers(1, 20), data=st.data())
+def test_adaptive_order_visits_regressed_batches_first(seed: int, n: int, batch: int, data) -> None:
+    """The adaptive order is a reordering of the seeded batches (same contents, so the same
+    outcome keys), most earlier regressions first, ties in the seeded order; run() follows it."""
+    rng = np.random.default_rng(seed)
+    reference = rng.random(n) < 0.8
+    right = [int(j) for j in np.flatnonzero(reference)]
+    regressed = set(data.draw(st.lists(st.sampled_from(right), max_size=20))) if right else set()
+    rule = StopRule(n, -1, n)  # never stops: every batch is visited
+    seeded = Schedule(n, batch, seed, rule).batches(reference)
+    schedule = Schedule(n, batch, seed, rule, adaptive=True)
+    visiting = schedule.visiting(reference, regressed)
+    assert sorted(visiting) == sorted(seeded) and all(list(b) == sorted(b) and len(b) <= batch for b in visiting)
+    keys = [(-sum(j in regressed for j in b), seeded.index(b)) for b in visiting]
+    assert keys == sorted(keys)
+    fetched = []
+    schedule.run(reference, lambda b: fetched.append(b) or {j: True for j in b}, regressed)
+    assert fetched == visiting
+    assert Schedule(n, batch, seed, rule).visiting(reference, regressed) == seeded  # adaptive off: the seeded order
+    if not seeded:  # the reference answers nothing correctly: no batch to visit
+        return
+    # the prompts of any first k seeded batches are a seeded prefix; a visit that jumped ahead is not
+    ran = np.zeros((2, n), dtype=bool)
+    ran[0, [j for b in seeded[:len(seeded) // 2] for j in b]] = True
+    ran[1, list(visiting[0])] = True
+    assert seeded_prefix(schedule.order, reference, ran).tolist() == [True, visiting[0] == seeded[0]]
+
+
+def test_adaptive_order_stops_sooner_on_shared_regressions() -> None:
+    """Pinned: two candidates that regress on the same prompts; the second visits them first
+    and stops (cannot be certified) after fewer prompts than the seeded order takes."""
+    n = 200
+    correct = np.ones((3, n), dtype=bool)
+    correct[1:, 150:170] = False  # both candidates regress on the same 20 prompts
+    table = OutcomeTable(("ref", "a", "b"), tuple(f"p{j}" for j in range(n)), correct, np.ones((3, n)), np.ones((3, n)))
+    seeded, _, _ = simulate(table, 0.1, 16, 0, live=False)
+    adaptive, stops, _ = simulate(table, 0.1, 16, 0, live=False, adaptive=True)
+    assert stops == [None, CANNOT, CANNOT]
+    assert adaptive[1].tolist() == seeded[1].tolist()  # the first candidate has no earlier regressions
+    assert adaptive[2].sum() < seeded[2].sum()
+
+
 # --------------------------------------------------------------------------- the certificate
 
 
@@ -126,20 +172,24 @@ def test_exact_early_stop_schedule_run(seed: int, batch: int) -> None:
     alpha=st.sampled_from([0.02, 0.05, 0.1, 0.2, 0.3]),
     batch=st.sampled_from([1, 4, 16]),
     correction=st.sampled_from(["holm", "bonferroni"]),
+    adaptive=st.booleans(),
 )
-@example(seed=0, m=2, n=60, alpha=0.1, batch=8, correction="holm")
-@example(seed=3, m=6, n=400, alpha=0.3, batch=1, correction="holm")
-@example(seed=11, m=6, n=30, alpha=0.3, batch=16, correction="bonferroni")
+@example(seed=0, m=2, n=60, alpha=0.1, batch=8, correction="holm", adaptive=False)
+@example(seed=3, m=6, n=400, alpha=0.3, batch=1, correction="holm", adaptive=True)
+@example(seed=11, m=6, n=30, alpha=0.3, batch=16, correction="bonferroni", adaptive=True)
 @pytest.mark.slow  # a long schedule-equivalence search: 1.45 s CPU, over the inner loop's 50 s budget (issue 25)
-def test_equivalent_valid_sets_scheduled_and_full(seed, m, n, alpha, batch, correction) -> None:
+def test_equivalent_valid_sets_scheduled_and_full(seed, m, n, alpha, batch, correction, adaptive) -> None:
     table = random_table(seed, m, n)
     assume(risk.critical_count(n, alpha, DELTA / m) >= 0)  # the gate refuses smaller n (calibration._check_n)
     assume(table.correct[0].any())  # else the gate runs the full grid (no candidate cost could be measured)
     options = dict(names=table.configs, correction=correction)
     full = risk.certify(table.correct, table.cost("tpf"), 0, alpha, DELTA, **options)
-    ran, stops, rule = simulate(table, alpha, batch, seed, correction)
+    ran, stops, rule = simulate(table, alpha, batch, seed, correction, adaptive=adaptive)
 
-    live = certify_scheduled(table.correct, ran, stops, table.cost_on(ran, "tpf"), 0, rule, alpha, DELTA, **options)
+    live = certify_scheduled(table.correct, ran, stops, table.cost_on(ran, "tpf"), 0, rule, alpha, DELTA, **options,
+                             order=seeded_order(n, seed))
+    # only a stopped config can have biased estimates, and the seeded order never gives one
+    assert not (live.biased & (np.array([s is None for s in stops]) | (not adaptive))).any()
     assert live.result.valid.tolist() == full.valid.tolist()
     assert live.result.deployed == full.deployed  # valid configs' costs are on all prompts, as in the full run
     rows = live.complete_rows
@@ -147,7 +197,7 @@ def test_equivalent_valid_sets_scheduled_and_full(seed, m, n, alpha, batch, corr
     assert np.allclose(live.result.net_accuracy[rows], full.net_accuracy[rows], rtol=0, atol=1e-9)
     assert np.isnan(live.result.accuracy[~rows]).all()
 
-    ran, stops, rule = simulate(table, alpha, batch, seed, correction, live=False)
+    ran, stops, rule = simulate(table, alpha, batch, seed, correction, live=False, adaptive=adaptive)
     replayed = certify_scheduled(table.correct, ran, stops, table.cost("tpf"), 0, rule, alpha, DELTA,
                                  everything=table.correct, **options)
     assert replayed.result.valid.tolist() == full.valid.tolist()

@@ -40,11 +40,12 @@ def test_skipped_items_show_why(project: Project) -> None:
     assert result.parseoutcomes() == {"passed": 180 - 2 - early - regressed, "regressed": regressed, "skipped": 2 + early}
     result.stdout.fnmatch_lines([
         "R   ref*60*0.9667*1.0000*valid*", " [*]  fast*60*0.9833*0.9828*1*valid*2*+100.0%*+1.7*",
-        "    rash*16*-*0.6875*>=5*NOT valid*-*-*-*stopped early: cannot be certified*",
+        "    rash*8*-*0.6250*>=3*NOT valid*-*-*-*stopped early: cannot be certified; acc_rc and its risk estimate are biased*",
         "*-: not decoded on every prompt (stopped early or skipped where the reference is wrong), so not comparable*",
-        f"*schedule: reference first, candidates in a seeded order (seed 0); skipped 2 items where the reference is "
+        f"*schedule: reference first, candidates in a seeded order (seed 0), batches where earlier candidates regressed "
+        f"first; skipped 2 items where the reference is "
         f"wrong and {early} after early stops (1 cannot be certified, 0 certain to pass)",
-        "*spend: 932 forwards on 136 of 180 items vs 1,020 for the full grid: 0.91x (the rest estimated at each config's mean)*",
+        "*spend: 916 forwards on 128 of 180 items vs 1,020 for the full grid: 0.90x (the rest estimated at each config's mean)*",
         "CERTIFIED (fake-grid, select): deploy fast (+100.0% tpf, +1.7 accuracy points)",
         f"SKIPPED [[]{early}[]] *: redline: early stop, verdict already decided (cannot be certified)",
         "SKIPPED [[]2[]] *: redline: reference wrong on this prompt",
@@ -52,16 +53,20 @@ def test_skipped_items_show_why(project: Project) -> None:
     assert report["schedule"] == {"mode": "scheduled", "seed": 0, "skipped": {"reference_wrong": 2, "early_stop": early},
                                   "cost_estimated": False}
     # fast is valid: decoded on the two prompts the reference gets wrong too, so its figures are on all 60
-    assert (configs["ref"]["prompts_run"], configs["fast"]["prompts_run"], configs["rash"]["prompts_run"]) == (60, 60, 16)
+    assert (configs["ref"]["prompts_run"], configs["fast"]["prompts_run"], configs["rash"]["prompts_run"]) == (60, 60, 8)
     assert "q1" in configs["fast"]["ran_on"] and "q1" not in configs["rash"]["ran_on"]
     assert (configs["rash"]["stopped"], configs["rash"]["violations_bound"]) == ("cannot be certified", "lower")
     assert (configs["fast"]["stopped"], configs["fast"]["violations_bound"], configs["fast"]["valid"]) == (None, "exact", True)
     assert configs["fast"]["net_accuracy_points"] == pytest.approx(100 / 60)  # all-prompt: 59 of 60 against 58 of 60
     assert configs["fast"]["accuracy_on_reference_correct"] == pytest.approx(57 / 58)
+    # the adaptive order: rash (after fast) visits first the batch holding q3, where fast regressed, so its
+    # 8 prompts are not a prefix of the seeded order and its rate, acc_rc and prompts needed are labelled biased
+    assert "q3" in configs["rash"]["ran_on"]
+    assert (configs["rash"]["estimates_biased"], configs["fast"]["estimates_biased"]) == (True, False)
     rash = configs["rash"]
     assert (rash["accuracy"], rash["net_accuracy_points"], rash["cost"], rash["gain"]) == (None, None, None, None)
-    assert (rash["accuracy_on_reference_correct"], rash["cost_on_prompts_run"]) == (pytest.approx(11 / 16), 5.0)
-    assert report["spend"]["exact"] is False and report["spend"]["items_run"] == 136
+    assert (rash["accuracy_on_reference_correct"], rash["cost_on_prompts_run"]) == (pytest.approx(5 / 8), 5.0)
+    assert report["spend"]["exact"] is False and report["spend"]["items_run"] == 128
 
 
 def test_full_option_decodes_everything(project: Project) -> None:
@@ -189,8 +194,9 @@ def test_prompts_needed_over_limit_said_not_computed(project: Project) -> None:
 @example(seed=0, m=4, n=150, alpha=0.2)
 @example(seed=1, m=4, n=60, alpha=0.2)  # costs on the prompts run deploy another config than costs on all
 def test_equivalent_deployment_scheduled_and_full_through_gate(project: Project, seed: int, m: int, n: int, alpha: float) -> None:
-    """Random outcome tables, gated twice (scheduled and --redline-full) as a replayed grid and
-    as a live one (a deterministic engine): the same valid sets and the same deployed config."""
+    """Random outcome tables, gated twice (scheduled, with the adaptive visiting order the
+    decoder always uses, and --redline-full) as a replayed grid and as a live one (a
+    deterministic engine): the same valid sets and the same deployed config."""
     random_table(seed, m, n).write_csv(project.path / "table.csv")
     names = ", ".join(f"c{i}: {{config: c{i}}}" for i in range(m))
     project.grid("name: replayed\nengine: replay\nengine_args: {outcomes: table.csv}\nreference: c0\ndeploy: fastest\n",
@@ -204,6 +210,7 @@ def test_equivalent_deployment_scheduled_and_full_through_gate(project: Project,
     for scheduled, full in zip(project.report("scheduled.json")["grids"], project.report("full.json")["grids"]):
         assert [c["valid"] for c in scheduled["configs"]] == [c["valid"] for c in full["configs"]]
         assert scheduled["deployed"] == full["deployed"]
+        assert all(c["stopped"] for c in scheduled["configs"] if c["estimates_biased"])  # only a stopped config's
         deployed = by_name(scheduled)[scheduled["deployed"]]
         assert (deployed["cost"], deployed["net_accuracy_points"]) == pytest.approx(
             (by_name(full)[full["deployed"]]["cost"], by_name(full)[full["deployed"]]["net_accuracy_points"]))

@@ -17,6 +17,7 @@ cannot be reused, and only the replay grid is compared.
 import json
 import os
 import shutil
+import sqlite3
 import tempfile
 from importlib.metadata import version
 from pathlib import Path
@@ -67,6 +68,8 @@ def test_a_store_written_before_issue_25_is_reused_without_decoding(run_gate, tm
     store = tmp_path / "store"
     store.mkdir()
     shutil.copy2(DATA / "outcomes.sqlite", store / "outcomes.sqlite")  # never the committed file: SQLite writes beside it
+    with sqlite3.connect(store / "outcomes.sqlite") as db:
+        stored = db.execute("SELECT COUNT(*) FROM outcomes").fetchone()[0]
     report = tmp_path / "report.json"
     result = run_gate("--redline-alpha=0.1", f"--redline-cache-dir={store}", f"--redline-report={report}",
                       f"--redline-grid={PLACE / 'replay.yaml'}", f"--redline-grid={PLACE / 'live.yaml'}")
@@ -74,13 +77,20 @@ def test_a_store_written_before_issue_25_is_reused_without_decoding(run_gate, tm
     grids = {g["grid"]: g for g in json.loads(report.read_text())["grids"]}
     for name in WRITTEN["grids"]:
         assert grids[name]["outcomes"]["reused"] > 0, name  # the grid's items did run
+    # The store was written with the seeded visiting order; the adaptive order visits the same
+    # batches (same keys) in another order, so a candidate that stops early may need a batch the
+    # seeded order never reached (batches of 16): that one alone is decoded, everything else reused.
+    # The adaptive order may also stop a candidate sooner: then fewer outcomes are needed at all.
     replay = grids["store-replay"]
-    assert replay["outcomes"] == {"reused": WRITTEN["grids"]["store-replay"]["decoded"], "decoded": 0}
+    assert replay["outcomes"]["decoded"] in (0, 16)
     assert replay["deployed"] == WRITTEN["grids"]["store-replay"]["deployed"]
     libraries = {name: version(name) for name in WRITTEN["libraries"]}
     if libraries != WRITTEN["libraries"]:
         pytest.skip(f"the live grid's key holds the library versions: written with {WRITTEN['libraries']}, "
                     f"running {libraries}; only the replay grid was compared")
     live = grids["store-live"]
-    assert live["outcomes"] == {"reused": WRITTEN["grids"]["store-live"]["decoded"], "decoded": 0}
+    assert live["outcomes"]["decoded"] in (0, 16)
+    with sqlite3.connect(store / "outcomes.sqlite") as db:  # what was decoded is new in the store: nothing was keyed anew
+        added = db.execute("SELECT COUNT(*) FROM outcomes").fetchone()[0] - stored
+    assert added == live["outcomes"]["decoded"] + replay["outcomes"]["decoded"]
     assert live["deployed"] == WRITTEN["grids"]["store-live"]["deployed"]
