@@ -22,6 +22,9 @@ if TYPE_CHECKING:  # annotations only: the ledger's code calls no pytest
 REASONS = ("errored", "skipped", "deselected", "not run")
 
 
+_BLANK = ItemRecord.blank("", "")  # a cell without an outcome: read wrong, with unknown costs
+
+
 @dataclass(frozen=True)
 class Skip:
     """An item the schedule skipped on purpose."""
@@ -80,7 +83,7 @@ class GridRecord:
         rows = [[pick(c, p.id) for p in cal.prompts] for c in cal.configs]
         if not ran_only and any(e is None for row in rows for e in row):
             return None
-        rows = [[ItemRecord.blank(c, p.id) if e is None else e for p, e in zip(cal.prompts, row)] for c, row in zip(cal.configs, rows)]
+        rows = [[_BLANK if e is None else e for e in row] for row in rows]
         columns = sorted({k for row in rows for e in row for k in e.extra or {}})
         return OutcomeTable(
             configs=cal.configs,
@@ -108,6 +111,18 @@ class GridRecord:
             if skip.reason in STOPS:
                 found.setdefault(config, skip.reason)
         return tuple(found.get(c) for c in self.cal.configs)
+
+    def schedule_error(self) -> str | None:
+        """Why the skipped items break the schedule (a reference outcome it needed is missing, or
+        right where it skipped for the reference being wrong); None when they follow it."""
+        from pytest_redline.schedule import REFERENCE_WRONG
+
+        reference_name = self.cal.grid.reference  # the field (Calibration.reference reads it)
+        for (config, prompt), skip in self.skips.items():
+            reference = self.entries.get((reference_name, prompt))
+            if reference is None or (skip.reason == REFERENCE_WRONG and reference.correct):
+                return f"{config}::{prompt} was skipped ({skip.reason}), but the reference is right there or did not run"
+        return None
 
     def skipped(self, reason: str) -> int:
         return sum(skip.reason == reason for skip in self.skips.values())

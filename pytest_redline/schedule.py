@@ -81,10 +81,11 @@ intervals that settled them). One limit: ``min_gain``'s eligibility is tested in
 a contender whose exact gain is exactly ``min_gain`` could be judged differently.
 
 Plain numpy; no pytest, no store. ``Decoder`` drives :meth:`Schedule.run` with a fetch
-function, and the verdict checks every stop again with :meth:`StopRule.decide`.
+function, and the verdict checks every stop again with :meth:`StopRule.confirm`.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Callable, Collection, Mapping, Sequence
 
@@ -112,11 +113,7 @@ class StopRule:
 
     @classmethod
     def of(cls, n: int, alpha: float, delta: float, m: int, correction: str) -> "StopRule":
-        from pytest_redline.risk import critical_count
-
-        strictest = delta / m
-        lenient = delta if correction == "holm" else strictest
-        return cls(n, critical_count(n, alpha, strictest), critical_count(n, alpha, lenient))
+        return _rule(cls, n, alpha, delta, m, correction)
 
     def decide(self, violations: int, unknown: int) -> str | None:
         """:data:`CANNOT`, :data:`CERTAIN`, or None while the rest could still change the verdict.
@@ -134,6 +131,38 @@ class StopRule:
         """The violation count the certificate uses: exact when nothing is unknown, else the
         bound that decided it (lower for CANNOT, upper for CERTAIN)."""
         return violations + unknown if stop == CERTAIN else violations
+
+    def confirm(self, known: Sequence[int], unknown: Sequence[int], stops: Sequence[str | None],
+                names: Sequence[str] | None = None) -> tuple[tuple[str | None, ...], np.ndarray]:
+        """Check each config's early stop and give the violation counts the certificate uses.
+
+        ``known[i]`` is config i's violations on the prompts it ran, ``unknown[i]`` the
+        reference-correct prompts it did not, ``stops[i]`` why it stopped (None: it did not).
+        A config with prompts unknown must have the stop the rule decides from its counts, else
+        a ValueError (the schedule was not followed). Returns the stops (None where nothing is
+        unknown) and each config's :meth:`bound`."""
+        confirmed, bounds = [], []
+        for i, (v, u, stop) in enumerate(zip(known, unknown, stops, strict=True)):
+            v, u = int(v), int(u)
+            if u and self.decide(v, u) != stop:
+                label = i if names is None else names[i]
+                raise ValueError(f"config {label!r} skipped {u} reference-correct prompts, but its stop "
+                                 f"({stop!r}) is not what the rule decides from V = {v}")
+            stop = stop if u else None
+            confirmed.append(stop)
+            bounds.append(self.bound(v, u, stop))
+        return tuple(confirmed), np.array(bounds, dtype=np.int64)
+
+
+@functools.lru_cache(maxsize=256)
+def _rule(cls: type[StopRule], n: int, alpha: float, delta: float, m: int, correction: str) -> StopRule:
+    """:meth:`StopRule.of`, once per grid: the gate asks for it at collection, while
+    scheduling and in the verdict."""
+    from pytest_redline.risk import critical_count
+
+    strictest = delta / m
+    lenient = delta if correction == "holm" else strictest
+    return cls(n, critical_count(n, alpha, strictest), critical_count(n, alpha, lenient))
 
 
 @dataclass(frozen=True)

@@ -14,19 +14,19 @@ status as the full run's (see :mod:`pytest_redline.schedule`).
 """
 from __future__ import annotations
 
-import dataclasses
+import functools
 import math
 from dataclasses import dataclass
 from fractions import Fraction
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 import numpy as np
 
 from pytest_redline.calibration import Calibration
 from pytest_redline.ledger import GridRecord, Missing
 from pytest_redline.outcomes import OutcomeError, OutcomeTable, gain_kind
-from pytest_redline.schedule import CANNOT, CERTAIN, REFERENCE_WRONG, StopRule, seeded_order, seeded_prefix
+from pytest_redline.schedule import CANNOT, CERTAIN, StopRule, seeded_order, seeded_prefix
 from pytest_redline.spend import Spend
 
 if TYPE_CHECKING:  # imported when used: the statistics load scipy, which a collection-only run never needs
@@ -67,6 +67,7 @@ class Scheduled:
     seen: np.ndarray | None = None  # V counted where known: on the prompts run (a lower bound), or on all (replayed)
     reverse: Reverse | None = None  # the reverse family ("exceeds budget") on ``seen``
     biased: np.ndarray | None = None  # per config; None: every estimate is a uniform-sample one
+    alpha_min: float | None = None  # with ``everything`` (a replay): the smallest alpha deploying a candidate
 
 
 def certify_scheduled(
@@ -84,25 +85,28 @@ def certify_scheduled(
     lower_is_better: bool = False,
     gain: str | None = None,
     correction: str = "holm",
-    eligible: np.ndarray | None = None,
+    min_gain: float | None = None,
     decided: Mapping[int, bool] | None = None,
     order: Sequence[int] | None = None,
+    choose: Callable[[list[int]], int | None] | None = None,
 ) -> Scheduled:
     """Certify a scheduled run: ``correct`` counts only where ``ran``.
 
     ``stops[i]`` is why config i stopped early (None when it was not). The reference must
     have run on every prompt, and a config with a reference-correct prompt it did not run
-    must have a stop that the rule confirms from its violations so far and the prompts left;
-    anything else is a ValueError (the schedule was not followed). ``cost`` is each
-    config's cost (on the prompts it ran on, or on all when ``everything`` is known).
-    ``everything`` (configs x prompts, replayed grids) gives accuracy on all prompts.
-    Without it (a live run) every valid config must have run on every prompt, since its
-    cost decides the deployment (a ValueError otherwise); the others' accuracy and net
-    accuracy are NaN (not measured on all prompts). ``eligible`` is :func:`risk.certify`'s
-    (the configs that may be deployed: ``min_gain``). ``decided`` (config -> whether it is out)
-    names the valid configs the contenders' cost intervals settled without decoding them on every
-    prompt (:mod:`pytest_redline.costbounds`): those out are not eligible, the others' cost is exact.
+    must have a stop that the rule confirms from its violations so far and the prompts left
+    (:meth:`StopRule.confirm`); anything else is a ValueError (the schedule was not followed).
+    ``cost`` is each config's cost (on the prompts it ran on, or on all when ``everything`` is
+    known). ``everything`` (configs x prompts, replayed grids) gives accuracy on all prompts
+    and alpha_min. Without it (a live run) every valid config must have run on every prompt,
+    since its cost decides the deployment (a ValueError otherwise); the others' accuracy and
+    net accuracy are NaN (not measured on all prompts). ``min_gain`` and ``choose`` are
+    :func:`risk.certify_grid`'s. ``decided`` (config -> whether it is out) names the valid
+    configs the contenders' cost intervals settled without decoding them on every prompt
+    (:mod:`pytest_redline.costbounds`): those out are not eligible, the others' cost is exact.
     ``order`` (the seeded order of all n prompts) marks the ``biased`` estimates.
+
+    The schedule's checks come first and the statistics last, in one call each.
     """
     from pytest_redline import risk
 
@@ -113,43 +117,31 @@ def certify_scheduled(
     ref_right = correct[reference]
     known = np.count_nonzero(ran & ref_right & ~correct, axis=1)
     unknown = np.count_nonzero(~ran & ref_right, axis=1)
-    stops = tuple(stops)
-    label = (lambda i: names[i]) if names is not None else (lambda i: i)
-    for i in range(m):
-        if unknown[i] and rule.decide(int(known[i]), int(unknown[i])) != stops[i]:
-            raise ValueError(
-                f"config {label(i)!r} skipped {unknown[i]} reference-correct prompts, but its stop "
-                f"({stops[i]!r}) is not what the rule decides from V = {known[i]}"
-            )
-    stops = tuple(s if unknown[i] else None for i, s in enumerate(stops))
-    bound = np.array([StopRule.bound(int(known[i]), int(unknown[i]), stops[i]) for i in range(m)])
     rows = np.ones(m, dtype=bool) if everything is not None else ran.all(axis=1)
     table = np.asarray(everything, dtype=bool) if everything is not None else correct
-    accuracy = np.where(rows, table.mean(axis=1), np.nan)
+    accuracy = np.where(rows, np.count_nonzero(table, axis=1) / n, np.nan)
     right_run = ran & ref_right if everything is None else np.broadcast_to(ref_right, ran.shape)
     kept = np.count_nonzero(right_run & table, axis=1) / np.maximum(np.count_nonzero(right_run, axis=1), 1)
     decided = dict(decided or {})
-    if any(decided.values()):
-        eligible = np.ones(m, dtype=bool) if eligible is None else np.array(eligible, dtype=bool)
-        eligible[[i for i, out in decided.items() if out]] = False
-    result = risk.certify_counts(
-        bound, n, cost, reference, alpha, delta, accuracy=accuracy, names=names,
-        lower_is_better=lower_is_better, gain=gain, correction=correction, eligible=eligible,
+    out = [i for i, is_out in decided.items() if is_out]
+    stops, bound = rule.confirm(known, unknown, stops, names)
+    uniform = seeded_prefix(order, ref_right, ran) if everything is None and order is not None else None
+    cert = risk.certify_grid(
+        n, cost, reference, alpha, delta, violations=bound, correct=everything, seen=None if everything is not None else known,
+        accuracy=accuracy, names=names, lower_is_better=lower_is_better, gain=gain, correction=correction,
+        min_gain=min_gain, ineligible=out, choose=choose,
     )
-    seen = risk.violations(everything, reference) if everything is not None else known
-    reverse = risk.exceeds_budget(seen, n, reference, alpha, delta, correction)  # beside the certificate, from the same counts
+    result, seen = cert.result, cert.reverse.violations
     if everything is not None:  # replayed: the risk itself
         estimate = seen / n
     else:
         right_ran = np.count_nonzero(ran & ref_right, axis=1)
         estimate = np.where(unknown > 0, known / np.maximum(right_ran, 1) * ref_right.sum() / n, bound / n)
-    biased = None
-    if everything is None and order is not None:
-        biased = _frozen((unknown > 0) & ~seeded_prefix(order, ref_right, ran))
     short = [i for i in np.flatnonzero(result.valid & ~rows) if i not in decided]
     if short:
         i = int(short[0])
-        raise ValueError(f"config {label(i)!r} is valid, so its cost decides the deployment, but it ran on "
+        label = i if names is None else names[i]
+        raise ValueError(f"config {label!r} is valid, so its cost decides the deployment, but it ran on "
                          f"{int(ran[i].sum())} of {n} prompts (the schedule decodes valid configs on every prompt)")
     return Scheduled(
         result=result,
@@ -160,8 +152,9 @@ def certify_scheduled(
         complete_rows=_frozen(rows),
         on_reference_correct=_frozen(kept),
         seen=_frozen(seen),
-        reverse=reverse,
-        biased=biased,
+        reverse=cert.reverse,
+        biased=None if uniform is None else _frozen((unknown > 0) & ~uniform),
+        alpha_min=cert.alpha_min,
     )
 
 
@@ -383,99 +376,52 @@ def judge(record: GridRecord, spend: Spend | None = None, mode: str = "full",
           decided: Mapping[str, Mapping[str, str]] | None = None) -> GridVerdict:
     """Certify a grid's outcomes (nothing is certified from a partial run).
 
-    One pass down the layers: what the ledger recorded, the outcome table's slices, then the
-    statistics (alpha_min and the stop rule's counts first, so that a scheduled run's
-    certificate is the last call into them)."""
-    skip_error = _skip_error(record)
-    verdict = GridVerdict(record.cal, record, spend=spend, mode=mode)
-    if not record.complete:
-        return verdict
-    from pytest_redline import risk
+    One pass down the layers, each visited once: what the ledger recorded, the outcome table's
+    slices, the grid's settings, the schedule's checks, then the statistics in one call
+    (:func:`risk.certify_grid`, which asks :mod:`~pytest_redline.costbounds` for the deployment
+    on exact costs). ``tests/test_verdict_walk.py`` profiles it."""
+    from pytest_redline import costbounds, risk
 
-    cal = record.cal
-    table = record.table()  # every outcome (a replayed grid's skipped items too), or None
+    cal, decided = record.cal, dict(decided or {})
+    out = {cal.configs.index(c): bool(d.get("out")) for c, d in decided.items()}
+    points = {cal.configs.index(c): Fraction(d["low"]) for c, d in decided.items() if not d.get("out") and d["low"] == d["high"]}
+    if not record.complete:
+        return GridVerdict(cal, record, spend=spend, mode=mode)
+    skip_error = record.schedule_error()
     ran = record.ran() if record.skips else None
     stops = record.stops() if record.skips else None
+    table = record.table()  # every outcome (a replayed grid's skipped items too), or None
     seen = table if table is not None or ran is None else record.table(ran_only=True)
-    options = dict(
-        names=cal.configs,
-        lower_is_better=cal.grid.lower_is_better,
-        gain=gain_kind(cal.grid.direction),
-        correction=cal.correction,
-    )
+    kind, gain, min_gain = cal.grid.cost, gain_kind(cal.grid.direction), cal.grid.min_gain
     try:
         if skip_error is not None:
             raise ValueError(skip_error)
-        cost = table.cost(cal.grid.cost) if table is not None else seen.cost_on(ran, cal.grid.cost)
-        ran_outcomes = None if ran is None else seen.select(ran)
-        costed = table if table is not None else seen  # cost arrays read in this outcomes pass, for the exact deployment below
-        cells = SimpleNamespace(tokens=costed.tokens, forwards=costed.forwards, extra=costed.extra, n=costed.n)
-        options["eligible"] = None if cal.grid.min_gain is None else eligible(cal, cost)
-        alpha_min = None if table is None else risk.alpha_min(table.correct, cost, cal.reference, cal.delta_share, **options)
+        cost = table.cost(kind) if table is not None else seen.cost_on(ran, kind)
+        correct = None if ran is None else seen.select(ran).correct
+        lower = cal.grid.lower_is_better
+        n, m, reference, select = cal.n, cal.m, cal.configs.index(cal.reference), cal.mode == "select"
+        rule = None if ran is None else cal.stop_rule()
+        order = None if ran is None else seeded_order(n, cal.seed)
+        costed = table if table is not None else seen  # exact costs: the arrays, not the table's methods
+        cells = SimpleNamespace(tokens=costed.tokens, forwards=costed.forwards, extra=costed.extra, n=n)
+        complete = range(m) if table is not None else np.flatnonzero(ran.all(axis=1))
+        choose = functools.partial(costbounds.exact_choice, cells, kind, complete, points,
+                                   reference=reference, lower_is_better=lower)
+        options = dict(names=cal.configs, lower_is_better=lower, gain=gain, correction=cal.correction,
+                       min_gain=min_gain if select else None, choose=choose)
         if ran is None:
-            result = risk.certify(table.correct, cost, cal.reference, cal.alpha, cal.delta_share, **options)
-            scheduled = None
+            cert = risk.certify_grid(n, cost, reference, cal.alpha, cal.delta_share, correct=table.correct, **options)
+            result, reverse, alpha_min, scheduled = cert.result, cert.reverse, cert.alpha_min, None
         else:
             scheduled = certify_scheduled(
-                ran_outcomes.correct, ran, stops, cost, cal.configs.index(cal.reference), cal.stop_rule(), cal.alpha,
-                cal.delta_share, everything=None if table is None else table.correct, **options,
-                decided={cal.configs.index(c): bool(d.get("out")) for c, d in (decided or {}).items()},
-                order=seeded_order(cal.n, cal.seed),
+                correct, ran, stops, cost, reference, rule, cal.alpha, cal.delta_share,
+                everything=None if table is None else table.correct, decided=out, order=order, **options,
             )
-            result = scheduled.result
-        result = _exact_deployment(cal, result, cells, scheduled, options["eligible"], decided)
-        if scheduled is None:  # integer counts, never the scaled estimate (certify_scheduled tests its own)
-            reverse = risk.exceeds_budget(result.violations, cal.n, result.reference_index, cal.alpha, cal.delta_share, cal.correction)
-        else:
-            reverse = scheduled.reverse
+            result, reverse, alpha_min = scheduled.result, scheduled.reverse, scheduled.alpha_min
     except (OutcomeError, ValueError) as e:
-        return dataclasses.replace(verdict, table=table, error=f"{cal.label}: cannot certify: {e}")
-    return dataclasses.replace(verdict, result=result, alpha_min=alpha_min, table=table, scheduled=scheduled, reverse=reverse,
-                               decided=dict(decided or {}))
-
-
-def eligible(cal: Calibration, cost: np.ndarray) -> np.ndarray | None:
-    """Select mode with ``min_gain``: the configs whose gain over the reference reaches it
-    (the reference always is). The certificate does not change; only the choice among valid
-    configs does. None (every config) in the other modes or without ``min_gain``."""
-    if cal.mode != "select" or cal.grid.min_gain is None:
-        return None
-    from pytest_redline.risk import gains
-
-    reference = cal.configs.index(cal.reference)
-    with np.errstate(divide="ignore", invalid="ignore"):  # a zero cost is refused by the certificate next
-        ok = gains(cost, reference, cal.grid.lower_is_better, gain_kind(cal.grid.direction)) >= cal.grid.min_gain
-    ok[reference] = True
-    return ok
-
-
-def _exact_deployment(cal, result, table, scheduled, eligible, decided) -> "RedlineResult":
-    """The result with its deployment chosen on exact costs (integer token and forward sums as
-    Fractions, :func:`~pytest_redline.costbounds.exact_choice`), so that a float near-tie cannot
-    separate a scheduled run, whose contenders the exact intervals settled, from the full one."""
-    from pytest_redline import costbounds
-
-    decided = decided or {}
-    out = {cal.configs.index(c) for c, d in decided.items() if d.get("out")}
-    choosable = [i for i in range(cal.m) if i != result.reference_index and result.valid[i] and i not in out
-                 and (eligible is None or eligible[i])]
-    complete = range(cal.m) if scheduled is None else np.flatnonzero(scheduled.complete_rows)
-    points = {cal.configs.index(c): Fraction(d["low"]) for c, d in decided.items() if not d.get("out") and d["low"] == d["high"]}
-    d = costbounds.exact_choice(table, cal.grid.cost, complete, points, choosable, result.reference_index, cal.grid.lower_is_better)
-    if d is None or d == result.deployed_index:
-        return result
-    return dataclasses.replace(result, deployed_index=d, deployed=result.names[d])
-
-
-def _skip_error(record: GridRecord) -> str | None:
-    """Why the skipped items break the schedule (a reference outcome it needed is missing or
-    right where it skipped for the reference being wrong); None when they follow it."""
-    cal = record.cal
-    for (config, prompt), skip in record.skips.items():
-        reference = record.entries.get((cal.reference, prompt))
-        if reference is None or (skip.reason == REFERENCE_WRONG and reference.correct):
-            return f"{config}::{prompt} was skipped ({skip.reason}), but the reference is right there or did not run"
-    return None
+        return GridVerdict(cal, record, spend=spend, mode=mode, table=table, error=f"{cal.label}: cannot certify: {e}")
+    return GridVerdict(cal, record, result=result, alpha_min=alpha_min, table=table, scheduled=scheduled, spend=spend,
+                       mode=mode, reverse=reverse, decided=decided)
 
 
 def _exact(text: str) -> float:

@@ -18,7 +18,8 @@ numpy and ``scipy.special`` only: this module never imports torch or pytest, nor
 The modules: :mod:`~pytest_redline.risk.binomial` (counts, p-values, bounds),
 :mod:`~pytest_redline.risk.corrections` (Holm, Bonferroni), :mod:`~pytest_redline.risk.result`
 (:class:`RedlineResult`), :mod:`~pytest_redline.risk.certification` and
-:mod:`~pytest_redline.risk.reverse` (the reverse test: "exceeds budget", and the three statuses).
+:mod:`~pytest_redline.risk.reverse` (the reverse test: "exceeds budget", and the three statuses),
+:mod:`~pytest_redline.risk.grid` (all three for one grid in one pass: what the gate's verdict calls).
 Every public name is importable from here; the text table of a result is :mod:`pytest_redline.redline_table`.
 """
 from __future__ import annotations
@@ -42,6 +43,7 @@ from pytest_redline.risk.certification import (
     select_deployed,
     sweep,
 )
+from pytest_redline.risk.grid import GridCertificate, certify_grid
 from pytest_redline.risk.corrections import bonferroni, family_mask, holm, holm_adjusted, reject_rows
 from pytest_redline.risk.result import RedlineResult
 from pytest_redline.risk.reverse import (
@@ -62,6 +64,7 @@ __all__ = [
     "STATUSES",
     "ConfidenceInterval",
     "Reverse",
+    "GridCertificate",
     "RedlineResult",
     "DEFAULT_ALPHAS",
     "alpha_min",
@@ -71,6 +74,7 @@ __all__ = [
     "bonferroni",
     "certify",
     "certify_counts",
+    "certify_grid",
     "clopper_pearson_interval",
     "clopper_pearson_upper",
     "critical_count",

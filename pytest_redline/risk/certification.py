@@ -70,14 +70,19 @@ def _names_and_reference(names, reference, m: int, what: str) -> tuple[tuple[str
 
 
 def _counts_problem(v, accuracy, n, cost, reference, delta, names, lower_is_better, gain, correction, family, eligible) -> _Problem:
-    m = len(names)
-    cost = np.asarray(cost, dtype=float)
-    if cost.shape != (m,) or not np.all(np.isfinite(cost)) or not np.all(cost > 0):
-        raise ValueError(f"cost ({cost!r}) must hold {m} positive finite numbers, one per config.")
     delta = open_unit("delta", delta)
     correction = choice("correction", correction, CORRECTIONS)
     family = choice("family", family, FAMILIES)
     gain = choice("gain", gain if gain is not None else ("factor" if lower_is_better else "percent"), GAINS)
+    return _checked_problem(v, accuracy, n, cost, reference, delta, names, lower_is_better, gain, correction, family, eligible)
+
+
+def _checked_problem(v, accuracy, n, cost, reference, delta, names, lower_is_better, gain, correction, family, eligible) -> _Problem:
+    """:func:`_counts_problem` once delta, the correction, the family and the gain are checked."""
+    m = len(names)
+    cost = np.asarray(cost, dtype=float)
+    if cost.shape != (m,) or not np.all(np.isfinite(cost)) or not np.all(cost > 0):
+        raise ValueError(f"cost ({cost!r}) must hold {m} positive finite numbers, one per config.")
     deployable = np.ones(m, dtype=bool) if eligible is None else np.asarray(eligible)
     if deployable.dtype != bool or deployable.shape != (m,):
         raise ValueError(f"eligible ({eligible!r}) must be a boolean mask with one entry per config ({m}).")

@@ -96,6 +96,11 @@ def exceeds_budget(violations: Any, n: int, reference: int, alpha: float, delta:
     v = _counts("violations", violations, n)
     if v.ndim != 1 or v.size < 1 or not 0 <= reference < v.size:
         raise ValueError(f"violations ({violations!r}) must be a 1-d sequence of counts with a row for reference {reference!r}.")
+    return _reverse(v, n, reference, alpha, delta, correction)
+
+
+def _reverse(v: np.ndarray, n: int, reference: int, alpha: float, delta: float, correction: str) -> Reverse:
+    """:func:`exceeds_budget` on arguments already checked."""
     tested = family_mask(v.size, reference, "candidates")
     p = _upper(v, n, alpha)
     exceeds = reject_rows(p, delta, tested, correction)
