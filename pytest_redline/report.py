@@ -433,6 +433,9 @@ def _configs(v: GridVerdict) -> list[dict[str, Any]]:
             entry["gain_interval"] = [x if math.isfinite(x) else None for x in _interval_gain(v, interval)]
             entry["cost_decided"] = v.decided[entry["name"]]["reason"]
         ran = [p for p, r in zip(prompts, sched.ran[i]) if r] if sched else prompts
+        if not v.comparable(i):  # chosen by the schedule (mostly reference-correct prompts): not an all-prompt accuracy
+            right = sum(v.record.entries[(entry["name"], p)].correct for p in ran)
+            entry["accuracy_on_prompts_run"] = right / len(ran) if ran else None
         entry["prompts_run"] = len(ran)
         entry["ran_on"] = ran
         entry["stopped"] = sched.stops[i] if sched else None

@@ -18,7 +18,9 @@ import html
 import json
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+
+from pytest_redline.text import gain as gain_text
 
 if TYPE_CHECKING:  # annotations only: review.py imports the gate's modules inside the functions that use them
     from pytest_redline.calibration import Calibration
@@ -103,7 +105,8 @@ def _verdict_box(v: GridVerdict, rep: Mapping[str, Any], prov: Mapping[str, Any]
             f" (this grid's share: {_num(rep['delta_share'])})" if rep.get("delta_share") != rep["delta"] else "")),
         ("n prompts", rep["n"]), ("m configs", rep["m"]), ("correction", rep["correction"]),
         ("reference", rep["reference"]), ("deployed", rep["deployed"]),
-        ("best valid", rep.get("best_valid")), ("alpha_min", _num(rep.get("alpha_min"))),
+        ("best valid", _best_valid(rep)), ("alpha_min", _num(rep.get("alpha_min"))),
+        ("cost intervals", _settled(rep)),
         ("outcomes", f"{rep['outcomes']['reused']} reused from the store, {rep['outcomes']['decoded']} decoded"),
     ]
     spend = rep.get("spend") or {}
@@ -126,6 +129,34 @@ def _verdict_box(v: GridVerdict, rep: Mapping[str, Any], prov: Mapping[str, Any]
     return f'<div class="verdict {cls}"><p class="head">{_e(head)}</p><table class="facts">{rows}</table></div>'
 
 
+def _best_valid(rep: Mapping[str, Any]) -> str | None:
+    """The best-cost valid config; in gate mode, with the valid configs not decoded for cost whose
+    interval may still beat it (then the best is one of them)."""
+    best, open_ = rep.get("best_valid"), rep.get("best_valid_open") or []
+    if not open_:
+        return best
+    configs = {c["name"]: c for c in rep["configs"]}
+    spans = ", ".join(f"{name} {_interval(configs[name]['cost_interval'])}" for name in open_)
+    return f"{best}, or one of {spans} (valid, not decoded for cost in gate mode: their all-prompt cost intervals)"
+
+
+def _settled(rep: Mapping[str, Any]) -> str | None:
+    """The valid configs the contenders' cost intervals settled without decoding them on every
+    prompt: each one's cost (an interval unless its bounds fix it) and why it was settled."""
+    parts = []
+    for c in rep["configs"]:
+        if c.get("cost_decided"):
+            cost = _num(c["cost"]) if c.get("cost") is not None else _interval(c["cost_interval"])
+            parts.append(f"{c['name']} {cost} ({c['cost_decided']})")
+    return "; ".join(parts) or None
+
+
+def _interval(span: Sequence[float | None], fmt: Callable[[float], str] = lambda x: _num(x)) -> str:
+    """``[low, high]``; an unbounded end (None in the JSON report) reads as -inf / inf."""
+    low, high = ("-inf" if span[0] is None else fmt(span[0])), ("inf" if span[1] is None else fmt(span[1]))
+    return f"[{low}, {high}]"
+
+
 def _trade(v: GridVerdict, rep: Mapping[str, Any]) -> str:
     """The deployed config's gain and accuracy cost, as the terminal's verdict line gives them."""
     entry = next((c for c in rep["configs"] if c["name"] == rep.get("deployed")), None)
@@ -133,12 +164,10 @@ def _trade(v: GridVerdict, rep: Mapping[str, Any]) -> str:
         return ""
     if entry["name"] == rep["reference"]:
         return " (the reference)"
-    from pytest_redline import text
-
     gain, points = entry.get("gain"), entry.get("net_accuracy_points")
     if gain is None or points is None:
         return ""
-    return f": {text.gain(gain, v.result.gain_kind)} {rep['cost']}, {points:+.1f} accuracy points"
+    return f": {gain_text(gain, v.result.gain_kind)} {rep['cost']}, {points:+.1f} accuracy points"
 
 
 def _device_text(v: GridVerdict, prov: Mapping[str, Any]) -> str:
@@ -190,7 +219,14 @@ def _config_table(v: GridVerdict, rep: Mapping[str, Any]) -> str:
             elif key == "valid":
                 text = "valid" if value else ("NOT valid" if value is not None else "")
             elif key == "gain" and value is not None:
-                text = f"{value:.3g}x" if _gain_kind(v, rep) == "factor" else f"{value:+.1f}%"
+                text = gain_text(value, _gain_kind(v, rep))
+            elif key in ("cost", "gain") and value is None and c.get(f"{key}_interval"):
+                span = c[f"{key}_interval"]
+                fmt = (lambda x: gain_text(x, _gain_kind(v, rep))) if key == "gain" else (lambda x: _num(x))
+                text, value = f"{_interval(span, fmt)} interval", next((x for x in span if x is not None), None)
+            elif key == "accuracy" and value is None and c.get("accuracy_on_prompts_run") is not None:
+                value = c["accuracy_on_prompts_run"]
+                text = f"{_num(value)} on {c['prompts_run']} run"
             elif key == "decode_seconds" and value is not None and not decoded[c["name"]]:
                 text, value = "reused", -1.0  # nothing decoded now: the store's (or the replay's) outcomes
             else:
@@ -202,7 +238,10 @@ def _config_table(v: GridVerdict, rep: Mapping[str, Any]) -> str:
     note = ("Marks: reference (R), deployed (*), NOT valid (not certified). Accuracy, cost and gain are "
             "all-prompt figures; decode s is this session's decoding time, 'reused' where every outcome came from "
             "the store; empty where a config was not decoded on every prompt (the JSON report has "
-            "the subset figures). Click a header to sort.")
+            "the subset figures). '[low, high] interval': a valid config's all-prompt cost (gain) interval, from the "
+            "prompts it ran and its engine's declared cost bounds on the rest, which settled the deployment without "
+            "decoding it everywhere. 'on N run': accuracy on the N prompts it ran, which the schedule chose (mostly "
+            "those the reference answers right): not comparable with the all-prompt figures. Click a header to sort.")
     return (f'<table class="configs sortable"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
             f'<p class="note">{_e(note)}</p>')
 
@@ -393,7 +432,7 @@ tr.deployed{background:#e8f5ec}tr.not-valid{background:#fdecea}.note{color:#666;
 .axis{stroke:#444}.tick{font-size:10px;fill:#555}.label{font-size:11px;fill:#333}.alpha{stroke:#b3261e;stroke-dasharray:4 3}
 .alpha-label{font-size:10px;fill:#b3261e}.dot.ok{fill:#1f7a3a}.dot.bad{fill:#b3261e}.pt{font-size:9px;fill:#333}
 .ring{fill:none;stroke:#111;stroke-width:2}.pt.deployed{font-weight:700;fill:#111}.leader{stroke:#999;stroke-width:.7}
-.sweep{fill:none;stroke:#1f5fa8;stroke-width:2}details{margin:6px 0}summary{cursor:pointer;font-weight:500}
+.sweep{fill:none;stroke:#1f5fa8;stroke-width:2}.interval{stroke:#1f7a3a;stroke-width:2}.dot.open{fill:#fff;stroke:#1f7a3a;stroke-width:1.5}details{margin:6px 0}summary{cursor:pointer;font-weight:500}
 article.rx{border-top:1px solid #eee;padding:6px 0}.side{display:flex;gap:12px}.side>div{flex:1;min-width:0}
 pre{white-space:pre-wrap;word-break:break-word;background:#f6f6f6;padding:6px;border-radius:4px;margin:4px 0}
 mark{background:#ffe38a}.rule{color:#555;margin-left:8px}.filters{margin:6px 0}

@@ -139,11 +139,18 @@ def axes(xs: tuple[float, float], ys: tuple[float, float], xlabel: str, ylabel: 
 
 def risk_chart(configs: Sequence[dict], alpha: float, deployed: str | None, cost: str, kind: str) -> str:
     """Each config's risk upper bound against its gain, the alpha line, the deployed point ringed."""
-    points = [(c["name"], c.get("gain"), c.get("risk_upper")) for c in configs]
-    points = [(n, g, r) for n, g, r in points if _finite(g) and _finite(r)]
+    points, spans = [], {}
+    for c in configs:
+        g, r, span = c.get("gain"), c.get("risk_upper"), c.get("gain_interval") or ()
+        ends = [x for x in span if _finite(x)]
+        if not _finite(g) and ends:  # settled by the cost intervals: its gain is an interval
+            g, spans[c["name"]] = sum(ends) / len(ends), tuple(span)
+        if _finite(g) and _finite(r):
+            points.append((c["name"], g, r))
     if not points:
         return '<figure class="chart"><figcaption>Risk against gain: no config has both figures.</figcaption></figure>'
     gains, risks = [g for _, g, _ in points], [r for _, _, r in points]
+    gains += [x for span in spans.values() for x in span if _finite(x)]
     base = 0.0 if kind == "percent" else 1.0
     fmt = (lambda x, t: f"{tick_text(x, t)}%") if kind == "percent" else (lambda x, t: f"{tick_text(x, t)}x")
     sx, sy, frame = axes((min(gains + [base]), max(gains + [base])), (0.0, max(risks + [alpha]) * 1.05),
@@ -157,6 +164,13 @@ def risk_chart(configs: Sequence[dict], alpha: float, deployed: str | None, cost
     for (name, g, r), (_, x, y, is_deployed) in zip(points, marks):
         cls = ("dot ok" if r <= alpha else "dot bad") + (" deployed" if is_deployed else "")
         tip = f"{_e(name)}: gain {g:.3g}, risk upper {r:.4f}" + (" (deployed)" if is_deployed else "")
+        if name in spans:  # a bar across the interval (an unbounded end runs to the frame), an open dot at its middle
+            low, high = spans[name]
+            x0, x1 = (PAD if low is None else sx(low)), (W - RIGHT if high is None else sx(high))
+            dots.append(f'<line x1="{x0:.1f}" y1="{y:.1f}" x2="{x1:.1f}" y2="{y:.1f}" class="interval"/>')
+            cls += " open"
+            tip = (f"{_e(name)}: gain in [{_end(low, '-inf')}, {_end(high, 'inf')}] (an interval: not decoded on every prompt), "
+                   f"risk upper {r:.4f}")
         ring = f'<circle cx="{x:.1f}" cy="{y:.1f}" r="{DEPLOYED_R}" class="ring"/>' if is_deployed else ""
         dots.append(f'{ring}<circle cx="{x:.1f}" cy="{y:.1f}" r="{DOT_R}" class="{cls}"><title>{tip}</title></circle>')
     for label in labels.values():
@@ -171,7 +185,15 @@ def risk_chart(configs: Sequence[dict], alpha: float, deployed: str | None, cost
     return (f'<figure class="chart"><svg viewBox="0 0 {W} {H}" role="img" aria-label="risk against gain">{frame}{line}'
             f'{"".join(dots)}{"".join(texts)}</svg><figcaption>Each config\'s risk upper bound (Clopper-Pearson, 1 - delta) '
             f'against its gain over the reference; the dashed line is alpha; the ringed point is the deployed config.'
-            f'</figcaption></figure>')
+            f'{INTERVAL_CAPTION if spans else ""}</figcaption></figure>')
+
+
+INTERVAL_CAPTION = (" A bar with an open dot is a valid config's gain interval: the contenders' cost intervals settled "
+                    "the deployment without decoding it on every prompt.")
+
+
+def _end(x: float | None, unbounded: str) -> str:
+    return unbounded if x is None else f"{x:.3g}"
 
 
 def sweep_chart(points: Sequence[tuple[float, str, float]], alpha: float, cost: str, kind: str) -> str:

@@ -126,6 +126,9 @@ def _grid(g: GridSummary, prompts: str, shown: int) -> str:
                   for name, line in g.settle.items()]
         if settle:
             parts.append("\n".join(settle))
+        settled = _settled(r)
+        if settled:
+            parts.append(settled)
     if g.notes:
         parts.append("\n".join(f"- {_inline(note)}" for note in g.notes))
     parts.append(_regression_blocks(g, prompts, shown))
@@ -155,10 +158,39 @@ def _table(r: Mapping[str, Any]) -> str:
             "–" if upper is None else f"{upper:.4f} {'≤' if upper <= r['alpha'] else '>'} {r['alpha']:g}",
             _number(c.get("p_value")), _number(c.get("p_adjusted")),
             "–" if status is None else f"{STATUS_MARKS.get(status, '')} {status}".strip(),
-            "–" if c.get("gain") is None else text.gain(c["gain"], "factor" if r["direction"] == "lower" else "percent"),
+            _gain_cell(c, "factor" if r["direction"] == "lower" else "percent"),
             "–" if c.get("net_accuracy_points") is None else f"{c['net_accuracy_points']:+.1f}",
         )
         lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _gain_cell(c: Mapping[str, Any], kind: str) -> str:
+    """The all-prompt gain; a settled contender's gain interval, labelled; "–" when not comparable."""
+    if c.get("gain") is not None:
+        return text.gain(c["gain"], kind)
+    if c.get("gain_interval"):
+        return f"{_span(c['gain_interval'], lambda x: text.gain(x, kind))} (interval)"
+    return "–"
+
+
+def _span(span: Sequence[float | None], fmt) -> str:
+    """``[low, high]``; an unbounded end (None in the JSON report) reads as −∞ / ∞."""
+    return f"[{'−∞' if span[0] is None else fmt(span[0])}, {'∞' if span[1] is None else fmt(span[1])}]"
+
+
+def _settled(r: Mapping[str, Any]) -> str:
+    """One line per valid config that the contenders' cost intervals settled without decoding it
+    on every prompt: its all-prompt cost and gain intervals, why, and its accuracy on what it ran."""
+    kind = "factor" if r["direction"] == "lower" else "percent"
+    lines = []
+    for c in r["configs"]:
+        if not c.get("cost_decided") or c.get("cost") is not None:  # a cost fixed by its bounds is in the table
+            continue
+        accuracy = c.get("accuracy_on_prompts_run")
+        ran = "" if accuracy is None else f"; accuracy {accuracy:.4f} on the {c['prompts_run']} prompts it ran"
+        lines.append(f"- {_inline(c['name'])}: all-prompt {_inline(r['cost'])} in {_span(c['cost_interval'], lambda x: f'{x:.4g}')}, "
+                     f"gain in {_span(c['gain_interval'], lambda x: text.gain(x, kind))} ({_inline(c['cost_decided'])}){ran}")
     return "\n".join(lines)
 
 
@@ -169,7 +201,8 @@ def _legend(r: Mapping[str, Any]) -> str:
             f"V: prompts the reference answers right and the config wrong, of n; risk bound: the risk's upper "
             f"confidence bound (Clopper-Pearson at 1 − δ) against α; p = P[Bin(n, α) ≤ V], adjusted p: "
             f"{_inline(r['correction'])}; gain and d_acc (accuracy points) against the reference, on all prompts "
-            f"(– where a config was not decoded on every prompt). Status: certified (risk ≤ α shown), exceeds "
+            f"(– where a config was not decoded on every prompt; an interval where the contenders' cost "
+            f"intervals settled a valid config without decoding it everywhere: its all-prompt gain lies in it). Status: certified (risk ≤ α shown), exceeds "
             f"budget (risk > α shown by the reverse test P[Bin(n, α) ≥ V]) or inconclusive (neither)")
     if level is not None:
         line += f"; each family errs with probability ≤ {level:g}, any status is wrong with probability ≤ {2 * level:g}"

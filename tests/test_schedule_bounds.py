@@ -138,7 +138,7 @@ def test_gate_mode_decodes_only_the_named_config_for_cost(project: Project) -> N
     bounds = "bounds: {tokens: [10, 10], forwards: [1, 10], tokens_per_forward: [1, 10]}"
     project.grid(configs=f"{{ref: {{forwards: 10, wrong: [q1, q2, q40], {bounds}}}, fast: {{forwards: 5, wrong: [q3], {bounds}}}, "
                          f"also: {{forwards: 4, wrong: [q5], {bounds}}}}}", deploy="fast")
-    result = project.run(ALPHA, "--redline-report=report.json")
+    result = project.run(ALPHA, "--redline-report=report.json", "--redline-html=review.html")
     assert result.ret == 0
     report = project.report()
     configs = by_name(report)
@@ -150,6 +150,7 @@ def test_gate_mode_decodes_only_the_named_config_for_cost(project: Project) -> N
     assert report["best_valid_open"] == ["also"]
     result.stdout.fnmatch_lines(["*also*valid*certified*[[]2.326, 2.597[]]*[[]+132.6, +159.7[]]%*",
                                  "hint: the best-cost valid config is fast or also (valid, not decoded for cost in gate mode*"])
+    assert "fast, or one of also [2.326, 2.597] (valid, not decoded for cost in gate mode" in (project.path / "review.html").read_text()
 
 
 @pytest.mark.slow  # in-process pytester gate run(s): 0.22 s CPU, over the inner loop's 50 s budget (issue 25)
@@ -169,3 +170,29 @@ def test_exact_deployment_breaks_a_float_near_tie(project: Project) -> None:
         assert project.run("--redline-grid=tie.yaml", "--redline-alpha=0.5", "--redline-no-cache", *extra,
                            "--redline-report=tie.json").ret == 0
         assert project.report("tie.json")["deployed"] == "c1"
+
+
+@pytest.mark.slow  # an in-process pytester gate that writes the review page and the summary
+def test_settled_contenders_show_as_intervals_on_every_output(project: Project) -> None:
+    """A contender the cost intervals dropped reports its cost and gain as labelled intervals, and
+    its accuracy on the prompts it ran: in the JSON report, the review page's table, facts and
+    plot, and the Markdown summary."""
+    bounds = "bounds: {tokens: [10, 10], forwards: [1, 10], tokens_per_forward: [1, 10]}"
+    project.grid(configs=f"{{ref: {{forwards: 10, wrong: [q1, q2, q40], {bounds}}}, fast: {{forwards: 5, wrong: [q3], {bounds}}}, "
+                         f"slow: {{forwards: 8, wrong: [q5, q6], {bounds}}}}}", deploy="fastest")
+    result = project.run(ALPHA, "--redline-report=report.json", "--redline-html=review.html", "--redline-markdown=summary.md")
+    assert result.ret == 0
+    report = project.report()
+    assert report["deployed"] == "fast"
+    slow = by_name(report)["slow"]
+    assert slow["cost"] is None and slow["cost_decided"] == "beaten for certain by fast"
+    assert slow["cost_interval"] == [pytest.approx(600 / 486), pytest.approx(600 / 459)]  # 3 prompts left: 10 tokens in 1 to 10 forwards
+    assert slow["accuracy_on_prompts_run"] == pytest.approx(55 / 57) and slow["prompts_run"] == 57
+    page = (project.path / "review.html").read_text()
+    assert "[1.235, 1.307] interval" in page and "[+23.5%, +30.7%] interval" in page and "0.9649 on 57 run" in page
+    assert "slow [1.235, 1.307] (beaten for certain by fast)" in page  # the verdict box's cost-intervals fact
+    assert 'class="interval"' in page and "slow: gain in [23.5, 30.7] (an interval" in page
+    summary = (project.path / "summary.md").read_text()
+    assert "| [+23.5%, +30.7%] (interval) |" in summary
+    assert ("- slow: all-prompt tpf in [1.235, 1.307], gain in [+23.5%, +30.7%] (beaten for certain by fast); "
+            "accuracy 0.9649 on the 57 prompts it ran") in summary
