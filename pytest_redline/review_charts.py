@@ -159,14 +159,16 @@ def risk_chart(configs: Sequence[dict], alpha: float, deployed: str | None, cost
     alpha_box = Box(W - RIGHT - text_width(alpha_text, 10), sy(alpha) - 13, W - RIGHT, sy(alpha) - 1)
     marks = [(n, sx(g), sy(r), n == deployed) for n, g, r in points]
     alpha_line = Box(PAD, sy(alpha) - 1, W - RIGHT, sy(alpha) + 1)  # no label across the line
-    labels = {label.anchor: label for label in layout_labels(marks, [alpha_box, alpha_line])}
+    bars = {name: (PAD if low is None else sx(low), W - RIGHT if high is None else sx(high)) for name, (low, high) in spans.items()}
+    bar_boxes = [Box(x0, sy(r) - 1, x1, sy(r) + 1) for n, _, r in points if n in bars for x0, x1 in [bars[n]]]
+    labels = {label.anchor: label for label in layout_labels(marks, [alpha_box, alpha_line, *bar_boxes])}
     dots, texts = [], []
     for (name, g, r), (_, x, y, is_deployed) in zip(points, marks):
         cls = ("dot ok" if r <= alpha else "dot bad") + (" deployed" if is_deployed else "")
         tip = f"{_e(name)}: gain {g:.3g}, risk upper {r:.4f}" + (" (deployed)" if is_deployed else "")
         if name in spans:  # a bar across the interval (an unbounded end runs to the frame), an open dot at its middle
             low, high = spans[name]
-            x0, x1 = (PAD if low is None else sx(low)), (W - RIGHT if high is None else sx(high))
+            x0, x1 = bars[name]
             dots.append(f'<line x1="{x0:.1f}" y1="{y:.1f}" x2="{x1:.1f}" y2="{y:.1f}" class="interval"/>')
             cls += " open"
             tip = (f"{_e(name)}: gain in [{_end(low, '-inf')}, {_end(high, 'inf')}] (an interval: not decoded on every prompt), "

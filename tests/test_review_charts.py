@@ -97,3 +97,28 @@ def test_the_deployed_point_is_ringed_and_its_label_bold():
     assert svg.count('class="ring"') == 1
     assert re.search(r'class="dot ok deployed"><title>acc85/semi70: [^<]*\(deployed\)</title>', svg)
     assert re.search(r'class="pt deployed">acc85/semi70 \(deployed\)</text>', svg)
+
+
+@pytest.mark.slow  # renders the labels with matplotlib
+def test_settled_contenders_are_bars_across_their_gain_interval():
+    """A config with a gain interval instead of a gain (the cost intervals settled it) is a bar
+    from one end to the other with an open dot at its middle; an unbounded end runs to the
+    frame; no label lies across a bar."""
+    configs = [{"name": n, "gain": g, "risk_upper": r} for n, g, r in PUBLISHED]
+    configs += [{"name": "eps0.4", "gain": None, "gain_interval": [-7.1, 10.7], "risk_upper": 0.0781},
+                {"name": "open", "gain": None, "gain_interval": [22.2, None], "risk_upper": 0.0784}]
+    # acc95/semi70's label would lie across eps0.4's bar if the bars were not obstacles to the layout
+    svg = rc.risk_chart(configs, 0.1, "acc85/semi70", "tpf", "percent")
+    bars = [tuple(map(float, m)) for m in re.findall(
+        r'<line x1="([\d.]+)" y1="([\d.]+)" x2="([\d.]+)" y2="([\d.]+)" class="interval"/>', svg)]
+    assert len(bars) == 2
+    (x0, y0, x1, _), (u0, v0, u1, _) = bars
+    mid = next((x, y) for x, y, _ in _dots(svg) if y == y0 and x0 < x < x1)
+    assert mid[0] == pytest.approx((x0 + x1) / 2, abs=0.1)
+    assert u1 == rc.W - rc.RIGHT and u0 < u1  # [22.2, inf): to the frame's right edge
+    assert 'class="dot ok open"><title>eps0.4: gain in [-7.1, 10.7] (an interval' in svg
+    assert "open: gain in [22.2, inf]" in svg and "A bar with an open dot is a valid config's gain interval" in svg
+    for name, box in _text_boxes(svg):
+        for bx0, by, bx1 in ((x0, y0, x1), (u0, v0, u1)):
+            assert not box.meets(Box(bx0, by - 1, bx1, by + 1)), (name, box)
+    assert "A bar" not in _chart(PUBLISHED, "acc85/semi70")  # no interval, no caption for one
