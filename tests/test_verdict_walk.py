@@ -3,10 +3,10 @@
 ``verdict.judge`` reads what the ledger recorded, slices the outcome table, reads the grid's
 settings, confirms the schedule's stops and certifies. Every ``pytest_redline`` module it calls
 into is counted (a package such as ``pytest_redline.risk`` as one), consecutive calls collapsed
-into one run: no module may appear in more than three runs. Before issue 25 the scheduled
-replay's walk made 52 runs (risk 12, verdict 10, checks 8, ...); after the first pass of that
-issue 42 (risk 10, verdict 8, checks 7, calibration 5, schedule 5); now 14 (verdict 3, risk 3,
-schedule 2, the others 1), and 11 with ``--redline-full``.
+into one run: no module may appear in more than three runs. Before issue 25 (6d5fd4b) the
+scheduled replay's walk made 52 runs (ledger 10, risk 10, verdict 7, record 6, checks 6, ...)
+and the ``--redline-full`` one 19 (risk 6); after the first pass of that issue 42 (risk 10,
+verdict 8, checks 7) and 29; now 14 (verdict 3, risk 3, schedule 2, the others 1) and 11.
 """
 from __future__ import annotations
 
