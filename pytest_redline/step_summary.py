@@ -44,6 +44,7 @@ MIN_LIMIT = 16 * 1024  # when an earlier writer left less room than this, write 
 PROMPTS = ("none", "ids", "full")
 TEXT_CHARS = 300  # a prompt or an output in a full summary, as the terminal clips answers
 STATUS_MARKS = {"certified": "✅", "exceeds budget": "❌", "inconclusive": "❔"}
+BIASED = "a biased estimate: the adaptive order ran it first where the others regressed"
 
 
 @dataclass(frozen=True)
@@ -388,10 +389,10 @@ def grids(verdicts: Sequence[GridVerdict]) -> list[GridSummary]:
         notes += ([hint] if hint else []) + report.trade_lines(v)
         settle = {}
         if v.result is not None and v.statuses is not None:
-            for name in v.cal.configs:
+            for i, name in enumerate(v.cal.configs):
                 found = v.to_settle(name)
                 if found is not None:
-                    settle[name] = found.text()
+                    settle[name] = found.text() + (f" ({BIASED})" if v.estimate_biased(i) else "")
         texts = {p.id: p.text or "\n".join(f"{m.get('role')}: {m.get('content')}" for m in p.messages) for p in v.cal.prompts}
         out.append(GridSummary(report.grid_report(v), report.grid_verdict(v), report.header(v), tuple(notes), settle,
                                texts, file_sha256(v.cal.grid.path)))

@@ -6,6 +6,7 @@ early, it cannot be certified).
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -32,7 +33,7 @@ def by_name(report: dict) -> dict[str, dict]:
 @pytest.mark.slow  # in-process pytester gate run(s): 0.21 s CPU, over the inner loop's 50 s budget (issue 25)
 def test_skipped_items_show_why(project: Project) -> None:
     project.grid(configs=WRONG_REFERENCE)
-    result = project.run(ALPHA, "-rs", "--redline-report=report.json")
+    result = project.run(ALPHA, "-rs", "--redline-report=report.json", "--redline-markdown=summary.md")
     assert result.ret == 0
     report = project.report()
     configs = by_name(report)
@@ -63,6 +64,9 @@ def test_skipped_items_show_why(project: Project) -> None:
     # 8 prompts are not a prefix of the seeded order and its rate, acc_rc and prompts needed are labelled biased
     assert "q3" in configs["rash"]["ran_on"]
     assert (configs["rash"]["estimates_biased"], configs["fast"]["estimates_biased"]) == (True, False)
+    assert configs["rash"]["status"] == "inconclusive"  # what would settle it rests on the biased rate, and says so
+    assert re.search(r"- rash \(❔ inconclusive\): .* at risk \S+ \(a biased estimate: the adaptive order ran it first",
+                     (project.path / "summary.md").read_text())
     rash = configs["rash"]
     assert (rash["accuracy"], rash["net_accuracy_points"], rash["cost"], rash["gain"]) == (None, None, None, None)
     assert (rash["accuracy_on_reference_correct"], rash["cost_on_prompts_run"]) == (pytest.approx(5 / 8), 5.0)
