@@ -265,11 +265,29 @@ def _cost_cells(v: GridVerdict, i: int) -> tuple[str, str]:
 
 
 def _interval_gain(v: GridVerdict, interval: tuple[float, float]) -> tuple[float, float]:
-    from pytest_redline.risk import gains
-
     r = v.result
-    both = gains([float(r.cost[r.reference_index]), *interval], 0, r.lower_is_better, r.gain_kind)[1:]
-    return float(min(both)), float(max(both))
+    return gain_interval(float(r.cost[r.reference_index]), interval, r.lower_is_better, r.gain_kind)
+
+
+def gain_interval(reference: float, interval: tuple[float, float], lower_is_better: bool, kind: str) -> tuple[float, float]:
+    """The gain over the reference (``risk.gains``) of every cost in ``interval``, as ``(low, high)``.
+
+    Costs are positive, so an end at or below 0 (an unbounded ``-inf``) bounds nothing: the ratio
+    of cost to the reference's then runs down to 0, and an unbounded end up to ``inf``.
+
+    >>> gain_interval(2.0, (1.0, 4.0), False, "percent")
+    (-50.0, 100.0)
+    >>> gain_interval(8.0, (2.0, math.inf), True, "factor")
+    (0.0, 4.0)
+    >>> gain_interval(8.0, (-math.inf, math.inf), True, "percent")
+    (-100.0, inf)
+    """
+    low, high = interval
+    if lower_is_better:  # the ratio reference / cost falls as the cost rises
+        ratios = (reference / high if 0 < high < math.inf else 0.0, reference / low if low > 0 else math.inf)
+    else:
+        ratios = (max(low, 0.0) / reference, high / reference if high > 0 else 0.0)
+    return tuple(100.0 * (x - 1.0) if kind == "percent" else x for x in ratios)
 
 
 def _fallback(v: GridVerdict) -> str:

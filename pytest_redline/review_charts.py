@@ -171,7 +171,7 @@ def risk_chart(configs: Sequence[dict], alpha: float, deployed: str | None, cost
             x0, x1 = bars[name]
             dots.append(f'<line x1="{x0:.1f}" y1="{y:.1f}" x2="{x1:.1f}" y2="{y:.1f}" class="interval"/>')
             cls += " open"
-            tip = (f"{_e(name)}: gain in [{_end(low, '-inf')}, {_end(high, 'inf')}] (an interval: not decoded on every prompt), "
+            tip = (f"{_e(name)}: gain in [{_end(low, '-inf', kind)}, {_end(high, 'inf', kind)}] (an interval: not decoded on every prompt), "
                    f"risk upper {r:.4f}")
         ring = f'<circle cx="{x:.1f}" cy="{y:.1f}" r="{DEPLOYED_R}" class="ring"/>' if is_deployed else ""
         dots.append(f'{ring}<circle cx="{x:.1f}" cy="{y:.1f}" r="{DOT_R}" class="{cls}"><title>{tip}</title></circle>')
@@ -190,12 +190,13 @@ def risk_chart(configs: Sequence[dict], alpha: float, deployed: str | None, cost
             f'{INTERVAL_CAPTION if spans else ""}</figcaption></figure>')
 
 
-INTERVAL_CAPTION = (" A bar with an open dot is a valid config's gain interval: the contenders' cost intervals settled "
-                    "the deployment without decoding it on every prompt.")
+INTERVAL_CAPTION = (" A bar with an open dot (at its middle, or at its finite end when the other is unbounded) is a valid "
+                    "config's gain interval: the contenders' cost intervals settled the deployment without decoding it "
+                    "on every prompt.")
 
 
-def _end(x: float | None, unbounded: str) -> str:
-    return unbounded if x is None else f"{x:.3g}"
+def _end(x: float | None, unbounded: str, kind: str) -> str:
+    return unbounded if x is None else f"{x:.3g}{'%' if kind == 'percent' else 'x'}"
 
 
 def sweep_chart(points: Sequence[tuple[float, str, float]], alpha: float, cost: str, kind: str) -> str:

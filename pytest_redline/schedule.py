@@ -113,7 +113,7 @@ class StopRule:
 
     @classmethod
     def of(cls, n: int, alpha: float, delta: float, m: int, correction: str) -> "StopRule":
-        return _rule(cls, n, alpha, delta, m, correction)
+        return _rule(cls, int(n), float(alpha), float(delta), int(m), str(correction))  # hashable, whatever was passed
 
     def decide(self, violations: int, unknown: int) -> str | None:
         """:data:`CANNOT`, :data:`CERTAIN`, or None while the rest could still change the verdict.

@@ -383,8 +383,6 @@ def judge(record: GridRecord, spend: Spend | None = None, mode: str = "full",
     from pytest_redline import costbounds, risk
 
     cal, decided = record.cal, dict(decided or {})
-    out = {cal.configs.index(c): bool(d.get("out")) for c, d in decided.items()}
-    points = {cal.configs.index(c): Fraction(d["low"]) for c, d in decided.items() if not d.get("out") and d["low"] == d["high"]}
     if not record.complete:
         return GridVerdict(cal, record, spend=spend, mode=mode)
     skip_error = record.schedule_error()
@@ -396,6 +394,14 @@ def judge(record: GridRecord, spend: Spend | None = None, mode: str = "full",
     try:
         if skip_error is not None:
             raise ValueError(skip_error)
+        out, points, dropped = {}, {}, []  # what the cost intervals settled, by config index (a loop: the walk stays here)
+        for name, d in decided.items():
+            i = cal.configs.index(name)
+            out[i] = bool(d.get("out"))
+            if out[i]:
+                dropped.append(i)
+            elif d["low"] == d["high"]:
+                points[i] = Fraction(d["low"])
         cost = table.cost(kind) if table is not None else seen.cost_on(ran, kind)
         correct = None if ran is None else seen.select(ran).correct
         lower = cal.grid.lower_is_better
@@ -410,7 +416,8 @@ def judge(record: GridRecord, spend: Spend | None = None, mode: str = "full",
         options = dict(names=cal.configs, lower_is_better=lower, gain=gain, correction=cal.correction,
                        min_gain=min_gain if select else None, choose=choose)
         if ran is None:
-            cert = risk.certify_grid(n, cost, reference, cal.alpha, cal.delta_share, correct=table.correct, **options)
+            cert = risk.certify_grid(n, cost, reference, cal.alpha, cal.delta_share, correct=table.correct,
+                                     ineligible=dropped, **options)
             result, reverse, alpha_min, scheduled = cert.result, cert.reverse, cert.alpha_min, None
         else:
             scheduled = certify_scheduled(

@@ -116,8 +116,8 @@ def test_settled_contenders_are_bars_across_their_gain_interval():
     mid = next((x, y) for x, y, _ in _dots(svg) if y == y0 and x0 < x < x1)
     assert mid[0] == pytest.approx((x0 + x1) / 2, abs=0.1)
     assert u1 == rc.W - rc.RIGHT and u0 < u1  # [22.2, inf): to the frame's right edge
-    assert 'class="dot ok open"><title>eps0.4: gain in [-7.1, 10.7] (an interval' in svg
-    assert "open: gain in [22.2, inf]" in svg and "A bar with an open dot is a valid config's gain interval" in svg
+    assert 'class="dot ok open"><title>eps0.4: gain in [-7.1%, 10.7%] (an interval' in svg
+    assert "open: gain in [22.2%, inf]" in svg and "A bar with an open dot (at its middle, or at its finite end" in svg
     for name, box in _text_boxes(svg):
         for bx0, by, bx1 in ((x0, y0, x1), (u0, v0, u1)):
             assert not box.meets(Box(bx0, by - 1, bx1, by + 1)), (name, box)

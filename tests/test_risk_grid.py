@@ -48,6 +48,22 @@ def test_bounds_min_gain_and_ineligible_as_an_eligible_mask(seed, m, n, min_gain
     assert got.reverse.violations.tolist() == seen.tolist() and got.alpha_min is None
 
 
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), m=st.integers(2, 6), n=st.integers(20, 120))
+def test_a_replay_certifies_on_the_bounds_and_tests_the_reverse_and_alpha_min_on_all_prompts(seed, m, n) -> None:
+    """A scheduled replay passes the stop bounds and the whole matrix: the certificate is on the
+    bounds, the reverse family and alpha_min on every prompt's counts."""
+    correct, cost = table(seed, m, n)
+    v = risk.violations(correct, 0)
+    bound = np.minimum(v + 3, n)
+    bound[0] = 0
+    got = risk.certify_grid(n, cost, 0, 0.2, 0.1, violations=bound, correct=correct)
+    accuracy = correct.mean(axis=1)
+    assert got.result.to_dict() == risk.certify_counts(bound, n, cost, 0, 0.2, 0.1, accuracy=accuracy).to_dict()
+    assert got.reverse.violations.tolist() == v.tolist()
+    assert got.alpha_min == risk.alpha_min(correct, cost, 0, 0.1)
+
+
 def test_choose_overrides_the_deployment_among_the_choosable() -> None:
     correct = np.ones((3, 50), dtype=bool)
     asked = []
@@ -68,6 +84,8 @@ def test_choose_overrides_the_deployment_among_the_choosable() -> None:
     (dict(correct=np.ones((2, 9), dtype=bool)), r"\(configs x 10 prompts\)"),
     (dict(violations=[0, 11]), r"counts in \[0, n\]"),
     (dict(violations=[0, 1], accuracy=[0.5]), "accuracy"),
+    (dict(violations=[0, 1], seen=[0, 1, 2]), "seen"),
+    (dict(violations=[0, 1], ineligible=[2]), "ineligible"),
 ])
 def test_refuses_inconsistent_arguments(kwargs, message) -> None:
     with pytest.raises(ValueError, match=message):

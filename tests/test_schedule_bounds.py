@@ -191,8 +191,23 @@ def test_settled_contenders_show_as_intervals_on_every_output(project: Project) 
     page = (project.path / "review.html").read_text()
     assert "[1.235, 1.307] interval" in page and "[+23.5%, +30.7%] interval" in page and "0.9649 on 57 run" in page
     assert "slow [1.235, 1.307] (beaten for certain by fast)" in page  # the verdict box's cost-intervals fact
-    assert 'class="interval"' in page and "slow: gain in [23.5, 30.7] (an interval" in page
+    assert 'class="interval"' in page and "slow: gain in [23.5%, 30.7%] (an interval" in page
     summary = (project.path / "summary.md").read_text()
     assert "| [+23.5%, +30.7%] (interval) |" in summary
     assert ("- slow: all-prompt tpf in [1.235, 1.307], gain in [+23.5%, +30.7%] (beaten for certain by fast); "
             "accuracy 0.9649 on the 57 prompts it ran") in summary
+
+
+@pytest.mark.slow  # an in-process pytester gate that writes the review page and the summary
+def test_unbounded_interval_reads_as_unbounded_gain(project: Project) -> None:
+    """Gate mode on memory with an engine that declares no bounds: the other valid config is not
+    decoded for cost, so its cost interval is (-inf, inf) and its gain a factor in [0, inf), not
+    the -0.00x that the gains of infinite costs gave."""
+    project.grid(MEMORY.replace(", bounds: {memory_gb: constant}", "").replace("deploy: fastest", "deploy: half"))
+    result = project.run(ALPHA, "--redline-report=report.json", "--redline-html=review.html", "--redline-markdown=summary.md")
+    assert result.ret == 0
+    third = by_name(project.report())["third"]
+    assert third["cost_interval"] == [None, None] and third["gain_interval"] == [0.0, None]
+    page, summary = (project.path / "review.html").read_text(), (project.path / "summary.md").read_text()
+    assert "[0.00x, inf] interval" in page and "third: gain in [0x, inf]" in page
+    assert "| [0.00x, ∞] (interval) |" in summary and "-0.00x" not in page + summary

@@ -99,6 +99,11 @@ def certify_grid(
     acc = np.asarray(accuracy, dtype=float)
     if acc.shape != (m,):
         raise ValueError(f"accuracy ({accuracy!r}) must hold {m} fractions, one per config.")
+    counts = (v if full_v is None else full_v) if seen is None else _counts("seen", seen, n)
+    if counts.shape != (m,):
+        raise ValueError(f"seen ({seen!r}) must hold {m} counts, one per config.")
+    if not all(0 <= i < m for i in ineligible):
+        raise ValueError(f"ineligible ({list(ineligible)!r}) must index configs (0 .. {m - 1}).")
     prob = _checked_problem(v, acc, n, cost, reference, delta, names, lower_is_better, gain, correction, "all", None)
     if min_gain is not None:
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -118,5 +123,4 @@ def certify_grid(
         d = choose(np.flatnonzero(result.valid & prob.deployable & (np.arange(m) != reference)).tolist())
         if d is not None and d != result.deployed_index:
             result = dataclasses.replace(result, deployed_index=d, deployed=names[d])
-    counts = (v if full_v is None else full_v) if seen is None else _counts("seen", seen, n)
     return GridCertificate(result, _reverse(counts, n, reference, alpha, prob.delta, prob.correction), alpha_min)
