@@ -8,7 +8,7 @@ Pick one explicitly with ``--hypothesis-profile NAME``. Tests that need more exa
 with ``@settings(max_examples=...)``.
 
 This file does not register the Redline plugin: the ``pytest11`` entry point of the installed
-distribution does, once (``tests/test_conftest.py`` checks it). It stays light on purpose,
+distribution does, once (``tests/meta/test_conftest.py`` checks it). It stays light on purpose,
 because ``pytest --redline-alpha=...`` from the repository root loads it too; the fixtures
 that build models live in ``tests/conftest.py``.
 """

@@ -4,7 +4,7 @@
 
 One random LLaDA2.0 folder in the published layout (64 experts, 8 per token, 8 groups, top 4
 groups, one shared expert, 1 dense + 3 MoE layers, hidden 256) is loaded by our loader and,
-strictly, by the published ``LLaDA2MoeModelLM`` (through the test shim tests/peers_llada2.py,
+strictly, by the published ``LLaDA2MoeModelLM`` (through the test shim tests/support/peers_llada2.py,
 which needs ../shared/reference/peers). Both run float32, under ``torch.no_grad``, on a batch
 of 16 x 64 tokens with a block-causal mask (blocks of 32). The two forwards alternate; each
 side's best of ``--repeats`` is kept, in wall time and in the process's CPU time, and the ratio

@@ -19,7 +19,7 @@ of the process, which here holds every engine's models, and is no cost of the en
 parameters of grids/mixed.yaml's defaults), speculative (lossless and typical, grids/speculative.yaml)
 and quantized (int8, nf4; grids/quantization.yaml), each on the embedded models. ``--before``
 adds the speculative and quantized rows decoded with the cache they used before the preallocated
-one (tests/compact_row_cache.py), so before and after are measured in the same run, alternating.
+one (tests/support/compact_row_cache.py), so before and after are measured in the same run, alternating.
 ``--against REV`` adds the speculative and quantized rows decoded by the engine as it was at git
 revision REV (its engines/speculative.py or engines/quantized.py and engines/autoregressive.py, on
 the same loaded models), also alternating: the A/B of a speed change, which must and does decode

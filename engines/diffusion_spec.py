@@ -156,7 +156,7 @@ class BlockDiffusionSpec(EngineSpec):
     @classmethod
     def identity(cls, engine_args: Mapping[str, Any], cache_dir: str | Path | None = None) -> dict[str, Any]:
         """Model-free: what ``fingerprint()`` and ``describe()`` return once built, so that a
-        warm rerun keys its outcomes without loading the model (tests/test_store.py checks both);
+        warm rerun keys its outcomes without loading the model (tests/gate/test_store.py checks both);
         weight hashes are cached in ``cache_dir`` (``runtime.WeightHashes``)."""
         args = cls.arguments(engine_args, cache_dir)
         path = Path(args["model"]) if args["model"] is not None else runtime.EMBEDDED_MODEL

@@ -3,7 +3,7 @@
 Engines and suites import only this module from the gate package (recorded-outcome engines may
 also import :mod:`pytest_redline.outcomes`); engines never import suites nor suites engines; the
 gate loads both only through their entry points (``redline.engines``, ``redline.suites``).
-``tests/test_imports.py`` enforces these rules. The module imports nothing but the standard
+``tests/meta/test_imports.py`` enforces these rules. The module imports nothing but the standard
 library, so an engine's model-free spec or a suite costs no start-up time by importing it.
 
 - **Values**: :class:`Prompt` (what a suite asks), :class:`Generation` (what an engine answers),

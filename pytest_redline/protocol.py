@@ -15,7 +15,7 @@ fixtures are set up and torn down exactly as before, whatever item comes next), 
 item's own ``setup()`` and ``runtest()``, and for each phase ``CallInfo.from_call``, the
 makereport and logreport hooks and, on an error, ``pytest_exception_interact``. The
 reports are the full protocol's (the same fields, sections, user properties and skip
-locations); ``tests/test_plugin_protocol.py`` compares them, and the JUnit XML, terminal
+locations); ``tests/gate/test_protocol.py`` compares them, and the JUnit XML, terminal
 output and JSON report, against runs that take the full protocol.
 
 :class:`ShortProtocol` decides when it applies: only when the phase hooks have nothing to

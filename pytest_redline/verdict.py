@@ -379,7 +379,7 @@ def judge(record: GridRecord, spend: Spend | None = None, mode: str = "full",
     One pass down the layers, each visited once: what the ledger recorded, the outcome table's
     slices, the grid's settings, the schedule's checks, then the statistics in one call
     (:func:`risk.certify_grid`, which asks :mod:`~pytest_redline.costbounds` for the deployment
-    on exact costs). ``tests/test_verdict_walk.py`` profiles it."""
+    on exact costs). ``tests/gate/test_verdict_walk.py`` profiles it."""
     from pytest_redline import costbounds, risk
 
     cal, decided = record.cal, dict(decided or {})

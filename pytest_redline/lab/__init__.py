@@ -7,7 +7,7 @@
 - :mod:`~pytest_redline.lab.plots`: their figures (the ``plots`` extra, matplotlib);
 - :mod:`~pytest_redline.lab.commands`: the ``redline`` subcommands that run them.
 
-The gate (``pytest --redline-alpha``) never imports this package; ``tests/test_imports.py``
+The gate (``pytest --redline-alpha``) never imports this package; ``tests/meta/test_imports.py``
 checks it. It builds on the gate's statistics (:mod:`pytest_redline.risk`) and outcome
 tables, never the other way round.
 """

@@ -1,0 +1,47 @@
+"""CI runs the README's first-screen commands as written: ``.ci/run`` reads them from README.md,
+so the two texts are equal, and a failure anywhere in a command fails CI with its exit status."""
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+VENV = "python3 -m venv .venv && . .venv/bin/activate && "
+
+
+def readme_commands(text: str) -> list[str]:
+    """The first ```bash block of the README, without comments and blank lines."""
+    block = re.search(r"^```bash\n(.*?)^```", text, re.S | re.M).group(1)
+    return [line for line in block.splitlines() if line.strip() and not line.startswith("#")]
+
+
+def run_ci(folder: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(folder / ".ci" / "run"), *args], capture_output=True, text=True, timeout=60)
+
+
+def test_ci_runs_the_readme_first_screen_commands_as_written():
+    readme = (ROOT / "README.md").read_text()
+    commands = readme_commands(readme)
+    assert run_ci(ROOT, "--print").stdout.splitlines() == commands
+    gate, tests = commands
+    assert gate.startswith(VENV) and gate.endswith("pytest --redline-alpha=0.1")
+    assert tests.startswith(VENV) and tests.endswith("python -m pytest -q tests")
+    for command in commands:  # the CPU torch before the project
+        assert command.index("pip install torch==2.13.0") < command.index('pip install -e ".[test,plots,math]"')
+    assert "apt-get install -y bubblewrap chromium" in tests
+    assert "python3-venv" in readme.split("## Quick start")[0]  # where venv is missing
+
+
+def _ci_with(tmp_path: Path, *commands: str) -> subprocess.CompletedProcess:
+    (tmp_path / ".ci").mkdir(parents=True)
+    shutil.copy(ROOT / ".ci" / "run", tmp_path / ".ci" / "run")
+    (tmp_path / "README.md").write_text("# x\n\n```bash\n# one\n" + "\n".join(commands) + "\n```\n\n```bash\nfalse\n```\n")
+    return run_ci(tmp_path)
+
+
+def test_ci_fails_with_a_command_s_exit_status(tmp_path):
+    assert _ci_with(tmp_path, "true && echo first", "echo second").returncode == 0
+    assert _ci_with(tmp_path / "5", "true", "true && exit 5").returncode == 5  # pytest's "no tests collected"
+    failed = _ci_with(tmp_path / "chain", "false && echo never", "echo second")  # not masked by the next command
+    assert failed.returncode == 1 and "second" not in failed.stdout
+    assert _ci_with(tmp_path / "three", "true", "true", "true").returncode == 1  # not the README's two commands
