@@ -219,3 +219,4 @@ if __name__ == "__main__":  # python tests/support/recorded_logs.py OUT: the log
         with pytest.MonkeyPatch.context() as patch:
             run(out / name, patch)
         (out / f"{name}.yaml").write_text(grid)
+    (out / "changed.yaml").write_text(LM_EVAL_GRID.replace("lm-eval/fast,", "lm-eval/changed,"))  # one prompt differs: exit 4
