@@ -212,7 +212,7 @@ configs:
 deploy: fastest
 """
 
-if __name__ == "__main__":  # python tests/support/recorded_logs.py OUT: the logs and a grid over each (docs/recorded-runs.md)
+if __name__ == "__main__":  # python tests/support/recorded_logs.py OUT: the logs and a grid over each (docs/how-to/recorded-runs.md)
     out = Path(sys.argv[1])
     for name, run, grid in (("lm-eval", run_lm_eval, LM_EVAL_GRID), ("inspect", run_inspect, INSPECT_GRID)):
         (out / name).mkdir(parents=True, exist_ok=True)
