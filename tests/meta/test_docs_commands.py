@@ -11,6 +11,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -58,7 +59,12 @@ def test_page_commands_run_as_written(page, tmp_path):
     grid = re.search(r"Save this as `([^`]+)`", text)
     if grid:
         (copy / grid.group(1)).write_text(re.search(r"^```yaml\n(.*?)^```$", text, re.S | re.M).group(1))
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    shims = tmp_path / "bin"  # `pytest` and `python` are this interpreter's, as in the reader's venv
+    shims.mkdir()
+    for name, run in (("pytest", f'"{sys.executable}" -m pytest'), ("python", f'"{sys.executable}"')):
+        (shims / name).write_text(f'#!/bin/sh\nexec {run} "$@"\n')
+        (shims / name).chmod(0o755)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PATH": f"{shims}{os.pathsep}{os.environ['PATH']}"}
     env.pop("GITHUB_STEP_SUMMARY", None)
     for command, lines in commands(page):
         done = subprocess.run(command, shell=True, cwd=copy, capture_output=True, text=True, timeout=900, env=env)
