@@ -31,7 +31,7 @@ may override the block size (a config's ``block_size``), the mask id
 :meth:`Checkpoint.describe` is what the engines report, and the JSON report shows it.
 
 Decoding LLaDA or Dream with a block-causal cache is Fast-dLLM's prefix-cache approximation: both
-were trained with full attention over the whole canvas (docs/checkpoints.md).
+were trained with full attention over the whole canvas (docs/how-to/checkpoints.md).
 """
 from __future__ import annotations
 

@@ -181,7 +181,7 @@ class BlockDiffusionSpec(EngineSpec):
         for the embedded model."""
         if "device_map" in engine_args:
             raise ValueError("device_map: sharding a model across devices is not supported; an engine runs on one "
-                             "device (engine_args.device), e.g. cuda:0 (docs/checkpoints.md)")
+                             "device (engine_args.device), e.g. cuda:0 (docs/how-to/checkpoints.md)")
         checkpoint = checkpoints.check_engine_args(engine_args)
         if checkpoint is None:
             return None

@@ -259,8 +259,18 @@ def _did_you_mean(key: str | None, known: tuple[str, ...]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
+def _prompts_key(grid: Grid) -> str:
+    """The grid key that the prompts come from, for a message about them: the suite, else the
+    reference's recorded run (lm_eval, inspect), else the recording engine's arguments (replay)."""
+    if grid.suite is not None:
+        return "suite"
+    if runs.over_runs(grid):
+        return f"configs.{grid.reference}.path"
+    return "engine_args"
+
+
 def _check_prompts(grid: Grid, prompts: tuple[Prompt, ...]) -> None:
-    key = "suite" if grid.suite is not None else "engine_args"
+    key = _prompts_key(grid)
     seen = set()
     for prompt in prompts:
         if prompt.id in seen:
@@ -290,9 +300,8 @@ def _check_n(cal: Calibration) -> None:
         n += 1
     while n > 1 and critical_count(n - 1, cal.alpha, level) >= 0:
         n -= 1
-    key = "suite" if cal.grid.suite is not None else "engine_args"
     raise cal.grid.error(
-        key,
+        _prompts_key(cal.grid),
         f"expected at least {n} prompts: with n={cal.n} no config can pass at alpha={cal.alpha:g}, "
         f"delta={cal.delta_share:g} and m={cal.m} configs (critical count < 0 even for 0 violations)",
     )

@@ -42,14 +42,12 @@ def gain_kind(direction: str) -> str:
 class OutcomeTable:
     """Per-prompt outcomes of m configs on the same n prompts.
 
-    Attributes
-    ----------
-    configs : names in file order (the order breaks ties in selection).
-    prompts : prompt ids, in the first config's order.
-    correct : bool array (m, n).
-    tokens, forwards : float arrays (m, n), NaN where the cell was empty.
-    extra : extra cost columns by name, float arrays (m, n), NaN where empty.
-    source : where the table came from, for error messages.
+    :ivar configs: names in file order (the order breaks ties in selection).
+    :ivar prompts: prompt ids, in the first config's order.
+    :ivar correct: a bool array (m, n).
+    :ivar tokens: a float array (m, n), NaN where the cell was empty (``forwards`` likewise).
+    :ivar extra: extra cost columns by name, float arrays (m, n), NaN where empty.
+    :ivar source: where the table came from, for error messages.
     """
 
     configs: tuple[str, ...]

@@ -56,7 +56,7 @@ class ItemRecord:
       ``reference_extracted``/``reference_rule`` the reference's final answer and rule;
     - ``answer`` and ``rule``: the final answer the scorer extracted from this item's text
       and the rule that decided ("marker", "boxed", "no answer", "revised", "hedged",
-      "truncated", ...; docs/scoring.md).
+      "truncated", ...; docs/explanation/scoring.md).
 
     A field that is None is not published. Compare records by :meth:`to_properties`
     (NaN costs make ``==`` on records meaningless, hence ``eq=False``).

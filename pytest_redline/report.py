@@ -169,11 +169,11 @@ def schedule_lines(v: GridVerdict) -> list[str]:
 
 def _decode_line(v: GridVerdict) -> str:
     """Decoding time per config. pytest's durations and timeouts charge it to the items that
-    trigger decoding (docs/gate.md): the reference's first item, then the first candidate
+    trigger decoding (docs/explanation/session.md): the reference's first item, then the first candidate
     item, which runs every candidate's schedule (a full run: each config's first item)."""
     seconds = v.spend.config_seconds
     shown = ", ".join(f"{name} {seconds[name]:.1f} s" for name in v.cal.configs if name in seconds)
-    return f"decoding per config: {shown} (pytest's durations charge it to the items that trigger it: docs/gate.md)"
+    return f"decoding per config: {shown} (pytest's durations charge it to the items that trigger it: docs/explanation/session.md)"
 
 
 def _spend_line(spend: Spend) -> str:
@@ -367,7 +367,7 @@ def session_line(verdicts: Sequence[GridVerdict], exitstatus: int = 1) -> tuple[
 
 
 def grid_report(v: GridVerdict) -> dict[str, Any]:
-    """The JSON report object of one grid (docs/reports.md), plus partial-run and regression detail."""
+    """The JSON report object of one grid (docs/reference/reports.md), plus partial-run and regression detail."""
     cal = v.cal
     out: dict[str, Any] = {}
     if cal.mode == "gate":  # a gate's report leads with the named config and whether it is certified
@@ -446,7 +446,7 @@ def _configs(v: GridVerdict) -> list[dict[str, Any]]:
             if not v.cost_known(i):
                 entry.update(cost=None, gain=None)
         interval = v.cost_interval(i)
-        if interval is not None:  # settled by the contenders' cost intervals (docs/scheduling.md)
+        if interval is not None:  # settled by the contenders' cost intervals (docs/explanation/scheduling.md)
             entry["cost_interval"] = [x if math.isfinite(x) else None for x in interval]  # None: unbounded
             entry["gain_interval"] = [x if math.isfinite(x) else None for x in _interval_gain(v, interval)]
             entry["cost_decided"] = v.decided[entry["name"]]["reason"]

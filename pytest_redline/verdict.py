@@ -332,7 +332,7 @@ class GridVerdict:
     def poor_trade(self) -> str | None:
         """The deployed config loses more accuracy points than it gains percent of the cost
         (costs whose gain is a percentage: tpf, apf, any higher-is-better cost); None when
-        not, or when the gain is a reduction factor (memory: see docs/gate.md)."""
+        not, or when the gain is a reduction factor (memory: see docs/explanation/verdict.md)."""
         r, d = self.result, self.deployed_index
         if r is None or d is None or d == r.reference_index or r.gain_kind != "percent":
             return None

@@ -128,14 +128,9 @@ def binom_pvalue(v: Any, n: int, alpha: float) -> float | np.ndarray:
     It equals ``scipy.stats.binomtest(v, n, alpha, alternative="less").pvalue`` (which
     loses digits below about 1e-290).
 
-    Parameters
-    ----------
-    v : int or array of int
-        Violation counts in [0, n]. Vectorized.
-    n : int
-        Number of calibration prompts, >= 1.
-    alpha : float
-        Risk budget in (0, 1).
+    :param v: violation counts in [0, n] (an int or an array of ints: vectorized).
+    :param n: the number of calibration prompts, >= 1.
+    :param alpha: the risk budget in (0, 1).
 
     >>> round(binom_pvalue(0, 10, 0.1), 6)
     0.348678

@@ -11,7 +11,7 @@ import of ``pkg.name`` when that is a module, else of ``pkg``.
 The graph is read with :mod:`ast` from the source files of ``pytest_redline`` and of the
 folders it installs as subpackages (``engines/`` and ``suites/``), without importing them.
 
-**The layering** (``docs/architecture.md``, *Contracts*). Here an import is a static one: every
+**The layering** (``docs/contributing/architecture.md``, *Contracts*). Here an import is a static one: every
 ``import`` statement outside ``if TYPE_CHECKING:`` (a type-only import loads nothing at run time),
 lazy ones included; loading an entry point or ``importlib.import_module`` is not one.
 

@@ -299,13 +299,13 @@ def test_summary_usage_errors(pytester, monkeypatch):
 
 
 def test_the_ci_pages_workflow_writes_the_summary_and_uploads_the_page_and_the_junit_xml():
-    """docs/ci.md's workflow is valid YAML, its gate step uses only options the plugin declares,
+    """docs/how-to/ci.md's workflow is valid YAML, its gate step uses only options the plugin declares,
     and the artifact holds what that step writes (the review page and the JUnit XML among them)."""
     import yaml
 
     from pytest_redline import options
 
-    page = (ROOT / "docs" / "ci.md").read_text()
+    page = (ROOT / "docs" / "how-to" / "ci.md").read_text()
     (block,) = [b for b in re.findall(r"```yaml\n(.*?)```", page, re.S) if "jobs:" in b]
     steps = yaml.safe_load(block)["jobs"]["gate"]["steps"]
     (gate,) = [s["run"] for s in steps if "run" in s and "--redline-alpha" in s["run"]]
