@@ -93,7 +93,7 @@ class ContentHashes:
         merged = {**self._read(), **self._entries}
         try:
             tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(merged, sort_keys=True, indent=0))
+            tmp.write_text(json.dumps(merged, sort_keys=True))
             os.replace(tmp, self.path)
             self._dirty = False
         except OSError:
