@@ -184,13 +184,13 @@ class OutcomeKeys:
         self.cal, self.engines, self.hashes = cal, engines, hashes if hashes is not None else ContentHashes()
         self._engine: dict[str, dict[str, Any]] = {}
         self._params: dict[str, Any] = {}
-        self._suite = suite_identity(cal, self.hashes)
+        self._suite: dict[str, Any] | None = None
 
     def current(self, config: str, prompts: Sequence[Prompt]) -> list[str]:
         """The keys of a batch (its prompts in order) in the newest format, ``identity``."""
         cal = self.cal
         shared = {"decode_format": DECODE_FORMAT, "engine": self._engine_identity(config),
-                  "params": self._config_params(config), "suite": self._suite, "batch": self._batch(prompts)}
+                  "params": self._config_params(config), "suite": self._suite_identity(), "batch": self._batch(prompts)}
         return [content_key({**shared, "prompt": prompt_identity(p), "stop": stop_identity(cal, p)}) for p in prompts]
 
     def older(self, config: str, prompts: Sequence[Prompt]) -> list[list[str | None]]:
@@ -220,6 +220,11 @@ class OutcomeKeys:
 
     def _batch(self, prompts: Sequence[Prompt]) -> dict[str, Any]:
         return {"size": self.cal.grid.batch_size, "prompts": [p.id for p in prompts]}
+
+    def _suite_identity(self) -> dict[str, Any] | None:
+        if self._suite is None and self.cal.suite is not None:  # here, not at start: an unreadable input is the batch's error
+            self._suite = suite_identity(self.cal, self.hashes)
+        return self._suite
 
     def _engine_identity(self, config: str) -> dict[str, Any]:
         name, args = self.cal.engines[config]
