@@ -20,7 +20,7 @@ The modules: :mod:`~pytest_redline.risk.binomial` (counts, p-values, bounds),
 (:class:`RedlineResult`), :mod:`~pytest_redline.risk.certification` and
 :mod:`~pytest_redline.risk.reverse` (the reverse test: "exceeds budget", and the three statuses),
 :mod:`~pytest_redline.risk.grid` (all three for one grid in one pass: what the gate's verdict calls).
-Every public name is importable from here; the text table of a result is :mod:`pytest_redline.redline_table`.
+Every public name is importable from here; the text table of a result is :mod:`pytest_redline.report.redline_table`.
 """
 from __future__ import annotations
 
