@@ -157,7 +157,7 @@ def _table(r: Mapping[str, Any]) -> str:
         cells = (
             mark, _cell(name), f"{bound}{c['violations']}", f"{r['n']}" + (f" (ran {ran})" if ran != r["n"] else ""),
             "–" if upper is None else f"{upper:.4f} {'≤' if upper <= r['alpha'] else '>'} {r['alpha']:g}",
-            _number(c.get("p_value")), _number(c.get("p_adjusted")),
+            _number_text(c.get("p_value")), _number_text(c.get("p_adjusted")),
             "–" if status is None else f"{STATUS_MARKS.get(status, '')} {status}".strip(),
             _gain_cell(c, "factor" if r["direction"] == "lower" else "percent"),
             "–" if c.get("net_accuracy_points") is None else f"{c['net_accuracy_points']:+.1f}",
@@ -353,7 +353,7 @@ def _code(value: Any) -> str:
     return str(value).replace("`", "'").replace("\n", " ")
 
 
-def _number(value: Any) -> str:
+def _number_text(value: Any) -> str:
     return "–" if value is None else text.number(float(value))
 
 

@@ -31,6 +31,8 @@ from pytest_redline.risk.binomial import (
     clopper_pearson_interval,
     clopper_pearson_upper,
     critical_count,
+    critical_counts,
+    lower_tail,
     violations,
 )
 from pytest_redline.risk.certification import (
@@ -55,6 +57,7 @@ from pytest_redline.risk.reverse import (
     exceeds_budget,
     reverse_pvalue,
     statuses,
+    upper_tail,
 )
 
 __all__ = [
@@ -78,15 +81,18 @@ __all__ = [
     "clopper_pearson_interval",
     "clopper_pearson_upper",
     "critical_count",
+    "critical_counts",
     "exceeds_budget",
     "family_mask",
     "gains",
     "holm",
     "holm_adjusted",
+    "lower_tail",
     "reject_rows",
     "reverse_pvalue",
     "select_deployed",
     "statuses",
     "sweep",
+    "upper_tail",
     "violations",
 ]

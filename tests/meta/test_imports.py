@@ -35,6 +35,11 @@ violations of a checkout, e.g. ``python tests/meta/test_imports.py /tmp/pre25``.
 Both failed on the code before the package (commit 2e7674c, where ``review`` and ``step_summary``
 imported ``report``, and the helpers sat in ``report.py`` and ``review.py``): :func:`output_rules`
 lists the violations of a checkout, and the command above prints them too.
+
+6. No private name (``_name``) is imported from outside the importer's own package: a package's
+   modules may share their private helpers, another package uses public names only. It failed
+   on 2e7674c, where ``planning`` imported ``_critical``, ``_pvalue``, ``_scalar`` and ``_upper``
+   from ``pytest_redline.risk``: :func:`private_imports`.
 """
 from __future__ import annotations
 
@@ -181,6 +186,22 @@ def output_rules(root: Path | None = None) -> dict[str, list[str]]:
         helpers += [f"{name} imports {helper} from {module}" for module, helper in _from_imports(name, path, known)
                     if helper in FILE_HELPERS and module != FILES]
     return {"renderers_apart": apart, "file_helpers": helpers}
+
+
+def private_imports(root: Path | None = None) -> list[str]:
+    """Rule 6's violations: ``"importer imports _name from module"``."""
+    modules = _modules(root)
+    known = set(modules)
+    found = []
+    for name, path in sorted(modules.items()):
+        own = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for module, imported in _from_imports(name, path, known):
+            if not imported.startswith("_") or imported.startswith("__"):
+                continue
+            home = module if module in known and modules[module].name == "__init__.py" else module.rpartition(".")[0]
+            if home != own:
+                found.append(f"{name} imports {imported} from {module}")
+    return found
 
 
 def loops(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -346,6 +367,27 @@ def test_output_rules_see_each_violation(tmp_path):
     }
 
 
+def test_no_private_name_leaves_its_package():
+    """Rule 6 (2e7674c: planning imported four private names from the risk package)."""
+    assert private_imports() == []
+
+
+def test_private_imports_are_found(tmp_path):
+    for folder, source in {
+        "pytest_redline": "", "pytest_redline/risk": "", "engines": "", "suites": "",
+        "pytest_redline/risk/binomial.py": "def _pvalue():\n    pass\n",
+        "pytest_redline/risk/grid.py": "from pytest_redline.risk.binomial import _pvalue\nfrom .binomial import __doc__\n",
+        "pytest_redline/planning.py": "def f():\n    from pytest_redline.risk.binomial import _pvalue\n",
+    }.items():
+        path = tmp_path / folder
+        if not source and "." not in folder:
+            path.mkdir()
+            (path / "__init__.py").write_text("")
+        else:
+            path.write_text(source)
+    assert private_imports(tmp_path) == ["pytest_redline.planning imports _pvalue from pytest_redline.risk.binomial"]
+
+
 def test_never_reaches_lab_gate():
     """The pytest plugin and everything it imports stay clear of the paper's analyses."""
     graph = import_graph()
@@ -377,5 +419,6 @@ def test_old_names_warn_contracts():
 
 
 if __name__ == "__main__":  # the rules against another checkout: python tests/meta/test_imports.py ROOT
-    for rule, violations in {**layering(Path(sys.argv[1])), **output_rules(Path(sys.argv[1]))}.items():
+    root = Path(sys.argv[1])
+    for rule, violations in {**layering(root), **output_rules(root), "private_imports": private_imports(root)}.items():
         print(f"{rule}: {len(violations)} violations", *violations, sep="\n  ")
