@@ -16,14 +16,15 @@ import difflib
 import inspect
 import math
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Literal, Mapping
 
 from pytest_redline import registry, runs
 from pytest_redline.contracts import ConfigError, EngineFactory, Prompt, Suite
 from pytest_redline.enginebook import EngineBook
 from pytest_redline.grid import FASTEST, Grid
 
-MODES = {None: "all", FASTEST: "select"}  # any other deploy value names a config: "gate"
+Mode = Literal["all", "select", "gate"]  # what a grid's deploy key asks (docs/contributing/architecture.md, Glossary)
+MODES: dict[str | None, Mode] = {None: "all", FASTEST: "select"}  # any other deploy value names a config: "gate"
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,8 @@ class Calibration:
         return self.grid.reference
 
     @property
-    def mode(self) -> str:
+    def mode(self) -> Mode:
+        """``all`` (no deploy), ``select`` (deploy: fastest) or ``gate`` (deploy: NAME)."""
         return MODES.get(self.deploy, "gate")
 
     @property
@@ -70,7 +72,7 @@ class Calibration:
         return len(self.configs)
 
     def stop_rule(self):
-        """When a candidate's verdict is decided (:class:`~pytest_redline.schedule.StopRule`)."""
+        """When a candidate's certification is decided (:class:`~pytest_redline.schedule.StopRule`)."""
         from pytest_redline.schedule import StopRule
 
         return StopRule.of(self.n, self.alpha, self.delta_share, self.m, self.correction)

@@ -11,7 +11,7 @@ suite unless the engine set ``correct``, and committed to the store one outcome 
   config gets all that config's needed batches.
 - Otherwise candidates follow the :class:`~pytest_redline.schedule.Schedule`: the first
   outcome asked of a candidate gets the reference's outcomes on every prompt, then decodes
-  each candidate's scheduled batches one after another until its verdict is decided,
+  each candidate's scheduled batches one after another until its certification is decided,
   visiting first the batches where the candidates before it regressed (the adaptive order).
   Its other items are :class:`Skipped` on purpose.
 
@@ -37,7 +37,7 @@ from pytest_redline.contracts import Generation, Prompt
 from pytest_redline.enginebook import EngineBook
 from pytest_redline.keys import CONTENT_HASHES, ContentHashes, OutcomeKeys, scorer_name
 from pytest_redline.schedule import EARLY_STOP, REFERENCE_WRONG, CandidateRun, Schedule, contenders
-from pytest_redline.scoring import engine_prompts, rescored, scoring_version, verdict
+from pytest_redline.scoring import engine_prompts, judgement, rescored, scoring_version
 from pytest_redline.store import OutcomeStore, StoredOutcome, content_key
 
 PROGRESS_EVERY_S = 5.0  # at most this long without a progress line while decoding (plus one batch)
@@ -300,7 +300,7 @@ class Decoder:
         return run
 
     def _reference_correct(self) -> list[bool | None]:
-        """The reference's verdict on every prompt (None where it has no outcome)."""
+        """The reference's judgement on every prompt (None where it has no outcome)."""
         if self._reference is None:
             reference = self.cal.reference
             if reference not in self._started:
@@ -473,7 +473,7 @@ class Decoder:
         if not isinstance(generation.text, str):
             raise TypeError(f"Generation.text must be a str, got {type(generation.text).__name__}")
         return StoredOutcome(
-            **verdict(self.cal, prompt, generation, self.scoring),
+            **judgement(self.cal, prompt, generation, self.scoring),
             tokens=_finite_or_none(generation.tokens, "tokens"),
             forwards=_finite_or_none(generation.forwards, "forwards"),
             extra={str(k): _finite_or_none(v, f"extra[{k!r}]") for k, v in dict(generation.extra).items()},

@@ -94,8 +94,8 @@ class ItemRecord:
         return dataclasses.replace(
             self,
             correct=bool(outcome.correct),
-            tokens=_number(outcome.tokens),
-            forwards=_number(outcome.forwards),
+            tokens=_float_or_nan(outcome.tokens),
+            forwards=_float_or_nan(outcome.forwards),
             extra=dict(outcome.extra),
             source=source,
             answer=getattr(outcome, "answer", None),
@@ -171,5 +171,5 @@ def is_regression(report: pytest.TestReport) -> bool:
     return record is not None and bool(record.regression)
 
 
-def _number(value: Any) -> float:
+def _float_or_nan(value: Any) -> float:
     return math.nan if value is None else float(value)

@@ -9,7 +9,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from pytest_redline.checks import CORRECTIONS, FAMILIES, choice, open_unit, positive_int
-from pytest_redline.risk.binomial import _counts, _cp_upper, _pvalue, violations
+from pytest_redline.risk.binomial import _counts, _cp_upper, lower_tail, violations
 from pytest_redline.risk.corrections import (
     _bonferroni_adjusted_rows,
     _holm_adjusted_rows,
@@ -101,7 +101,7 @@ def _results(prob: _Problem, alphas: np.ndarray) -> list[RedlineResult]:
     """Certify at every alpha at once: p-values and corrections are (len(alphas), m) arrays."""
     m, ref = len(prob.names), prob.reference
     tested = family_mask(m, ref, prob.family)
-    p = _pvalue(prob.violations[None, :], prob.n, alphas[:, None])
+    p = lower_tail(prob.violations[None, :], prob.n, alphas[:, None])
     valid = reject_rows(p, prob.delta, tested, prob.correction)
     if prob.correction == "holm":
         adjusted = _holm_adjusted_rows(p, tested)

@@ -1,5 +1,5 @@
 """The outcome of a certification: one frozen record per alpha, and its JSON report object.
-Its text table is :mod:`pytest_redline.redline_table` (the reporting side)."""
+Its text table is :mod:`pytest_redline.report.redline_table` (the reporting side)."""
 from __future__ import annotations
 
 import math

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pytest_redline import text
+from pytest_redline.report import text
 
 if TYPE_CHECKING:
     from pytest_redline.risk import RedlineResult
@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 def render(result: RedlineResult) -> str:
     """Every config's figures, one row each (``R`` reference, ``*`` deployed), under a line
     naming the test and over the deployment. The words are the gate's terminal table's
-    (:func:`pytest_redline.report.table_lines`): ``valid``/``NOT valid`` and ``d_acc``."""
+    (:func:`pytest_redline.report.terminal.table_lines`): ``valid``/``NOT valid`` and ``d_acc``."""
     r = result
     header = ("", "config", "accuracy", "V", "risk", "risk_up", "p_value", "p_adj", "valid", "cost", "gain", "d_acc")
     rows = [header]

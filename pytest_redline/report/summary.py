@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from pytest_redline import text
+from pytest_redline.report import text
 
 if TYPE_CHECKING:  # annotations only: grids() imports the report modules when it runs
     from pytest_redline.verdict import GridVerdict
@@ -51,7 +51,7 @@ BIASED = "a biased estimate: the adaptive order ran it first where the others re
 class GridSummary:
     """What the summary shows of one grid.
 
-    ``report`` is the grid's JSON report object (:func:`pytest_redline.report.grid_report`);
+    ``report`` is the grid's JSON report object (:func:`pytest_redline.report.document.grid_report`);
     ``verdict`` and ``header`` the terminal's verdict and header lines, ``notes`` its other
     lines worth a reviewer's eye (a hint, a poor trade, a partial run's missing items);
     ``settle`` per inconclusive config what would settle it; ``prompts`` the prompt texts by
@@ -157,7 +157,7 @@ def _table(r: Mapping[str, Any]) -> str:
         cells = (
             mark, _cell(name), f"{bound}{c['violations']}", f"{r['n']}" + (f" (ran {ran})" if ran != r["n"] else ""),
             "–" if upper is None else f"{upper:.4f} {'≤' if upper <= r['alpha'] else '>'} {r['alpha']:g}",
-            _number(c.get("p_value")), _number(c.get("p_adjusted")),
+            _number_text(c.get("p_value")), _number_text(c.get("p_adjusted")),
             "–" if status is None else f"{STATUS_MARKS.get(status, '')} {status}".strip(),
             _gain_cell(c, "factor" if r["direction"] == "lower" else "percent"),
             "–" if c.get("net_accuracy_points") is None else f"{c['net_accuracy_points']:+.1f}",
@@ -353,7 +353,7 @@ def _code(value: Any) -> str:
     return str(value).replace("`", "'").replace("\n", " ")
 
 
-def _number(value: Any) -> str:
+def _number_text(value: Any) -> str:
     return "–" if value is None else text.number(float(value))
 
 
@@ -375,18 +375,19 @@ def _cut(doc: str, limit: int) -> str:
 
 def grids(verdicts: Sequence[GridVerdict]) -> list[GridSummary]:
     """The summary's data for the session's verdicts (the JSON report objects, the terminal's lines)."""
-    from pytest_redline import report
-    from pytest_redline.review import file_sha256
+    from pytest_redline.report import sentences
+    from pytest_redline.report.document import grid_report
+    from pytest_redline.report.files import file_sha256
 
     out = []
     for v in verdicts:
         notes: list[str] = []
         if not v.complete:
-            notes += report.missing_lines(v)
+            notes += sentences.missing_lines(v)
         elif v.error:
             notes.append(v.error)
-        hint = report.hint_line(v)
-        notes += ([hint] if hint else []) + report.trade_lines(v)
+        hint = sentences.hint_line(v)
+        notes += ([hint] if hint else []) + sentences.trade_lines(v)
         settle = {}
         if v.result is not None and v.statuses is not None:
             for i, name in enumerate(v.cal.configs):
@@ -394,7 +395,7 @@ def grids(verdicts: Sequence[GridVerdict]) -> list[GridSummary]:
                 if found is not None:
                     settle[name] = found.text() + (f" ({BIASED})" if v.estimate_biased(i) else "")
         texts = {p.id: p.text or "\n".join(f"{m.get('role')}: {m.get('content')}" for m in p.messages) for p in v.cal.prompts}
-        out.append(GridSummary(report.grid_report(v), report.grid_verdict(v), report.header(v), tuple(notes), settle,
+        out.append(GridSummary(grid_report(v), sentences.verdict_line(v), sentences.header(v), tuple(notes), settle,
                                texts, file_sha256(v.cal.grid.path)))
     return out
 
@@ -404,7 +405,7 @@ def write(path: str | os.PathLike, verdicts: Sequence[GridVerdict], provenance: 
     """Write the summary to ``path`` and append it to ``$GITHUB_STEP_SUMMARY`` when that is set;
     returns the terminal's lines saying where it went. GitHub's limit holds for the step's whole
     file, so what an earlier writer in the same step left there is taken off the limit."""
-    from pytest_redline.report import atomic_write
+    from pytest_redline.report.files import atomic_write
 
     step = environ.get("GITHUB_STEP_SUMMARY")
     taken = os.path.getsize(step) + 1 if step and os.path.isfile(step) else 0

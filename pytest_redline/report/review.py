@@ -8,24 +8,23 @@ side by side (prompt, both outputs with the extracted answers marked and the rul
 each, the gold answer), filterable by config and searchable, and the provenance of the run.
 
 Nothing is fetched: no CDN, no font, no image file. The page is built from the same objects as
-the JSON report (:func:`pytest_redline.report.grid_report`), plus the prompts of each grid, so it
+the JSON report (:func:`pytest_redline.report.document.grid_report`), plus the prompts of each grid, so it
 can never disagree with it. Standard library and numpy only.
 """
 from __future__ import annotations
 
-import hashlib
 import html
 import json
 import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-from pytest_redline.text import gain as gain_text
+from pytest_redline.report.files import file_sha256
+from pytest_redline.report.text import gain as gain_text
 
 if TYPE_CHECKING:  # annotations only: review.py imports the gate's modules inside the functions that use them
     from pytest_redline.calibration import Calibration
     from pytest_redline.contracts import Prompt
-    from pytest_redline.enginebook import EngineBook
     from pytest_redline.verdict import GridVerdict
 
 SWEEP_ALPHAS = tuple(round(0.01 * k, 2) for k in range(1, 31))
@@ -33,7 +32,7 @@ SWEEP_ALPHAS = tuple(round(0.01 * k, 2) for k in range(1, 31))
 
 def render(verdicts: Sequence[GridVerdict], provenance: Mapping[str, Any]) -> str:
     """The whole page for the session's grid verdicts."""
-    from pytest_redline.report import grid_report
+    from pytest_redline.report.document import grid_report
 
     sections = [_grid_section(v, grid_report(v), provenance.get("grids", {}).get(v.cal.label, {}), i)
                 for i, v in enumerate(verdicts)]
@@ -48,24 +47,9 @@ def render(verdicts: Sequence[GridVerdict], provenance: Mapping[str, Any]) -> st
 
 
 def write_html(path: str | Path, verdicts: Sequence[GridVerdict], provenance: Mapping[str, Any]) -> None:
-    from pytest_redline.report import atomic_write
+    from pytest_redline.report.files import atomic_write
 
     atomic_write(Path(path), render(verdicts, provenance))
-
-
-def check_writable(path: str | Path) -> str | None:
-    """Why ``path`` cannot be written (checked before any decoding), or None."""
-    target = Path(path)
-    folder = target.parent if str(target.parent) else Path(".")
-    if target.is_dir():
-        return f"{target} is a folder"
-    if not folder.is_dir():
-        return f"its folder {folder} does not exist"
-    import os
-
-    if not os.access(folder, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
-        return f"{target} is not writable"
-    return None
 
 
 # --------------------------------------------------------------------------- one grid
@@ -82,7 +66,7 @@ def _grid_section(v: GridVerdict, rep: Mapping[str, Any], prov: Mapping[str, Any
 
 
 def _verdict_box(v: GridVerdict, rep: Mapping[str, Any], prov: Mapping[str, Any]) -> str:
-    from pytest_redline.report import best_cost
+    from pytest_redline.report.sentences import best_cost
 
     mode = rep["deploy_mode"]
     trade = _trade(v, rep)
@@ -246,7 +230,7 @@ def _config_table(v: GridVerdict, rep: Mapping[str, Any]) -> str:
             f'<p class="note">{_e(note)}</p>')
 
 
-# --------------------------------------------------------------------------- charts (inline SVG: review_charts)
+# --------------------------------------------------------------------------- charts (inline SVG: report/charts.py)
 
 
 def _gain_kind(v: GridVerdict, rep: Mapping[str, Any]) -> str:
@@ -254,7 +238,7 @@ def _gain_kind(v: GridVerdict, rep: Mapping[str, Any]) -> str:
 
 
 def _risk_chart(v: GridVerdict, rep: Mapping[str, Any]) -> str:
-    from pytest_redline.review_charts import risk_chart
+    from pytest_redline.report.charts import risk_chart
 
     return risk_chart(rep["configs"], rep["alpha"], rep["deployed"], rep["cost"], _gain_kind(v, rep))
 
@@ -283,7 +267,7 @@ def _sweep_chart(v: GridVerdict, rep: Mapping[str, Any]) -> str:
         why = ("the run was partial" if not rep["complete"] else
                "a scheduled live run decided its early stops at this alpha only; run with --redline-full for the sweep")
         return f'<figure class="chart"><figcaption>The alpha sweep is not shown: {_e(why)}.</figcaption></figure>'
-    from pytest_redline.review_charts import sweep_chart
+    from pytest_redline.report.charts import sweep_chart
 
     return sweep_chart(points, rep["alpha"], rep["cost"], _gain_kind(v, rep))
 
@@ -357,13 +341,6 @@ def _gold(prompt: Prompt) -> str:
 
 
 # --------------------------------------------------------------------------- provenance
-
-
-def file_sha256(path: str | Path) -> str | None:
-    try:
-        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-    except OSError:
-        return None
 
 
 def _grid_provenance(cal: Calibration, rep: Mapping[str, Any], prov: Mapping[str, Any]) -> str:
@@ -466,36 +443,9 @@ _PAGE = """<!DOCTYPE html>
 """
 
 
-def provenance(command: Sequence[str], calibrations: Sequence[Calibration], engines: EngineBook) -> dict[str, Any]:
-    """What the page records of this run: the command line, package versions, and per grid
-    and config the engine identity and the config's key, where this process computed them
-    (under xdist the workers decode, and the controller knows only the grid)."""
-    from importlib import metadata
-    import platform
-    import shlex
-
-    from pytest_redline.store import content_key
-
-    versions = {}
-    for package in ("pytest-redline", "torch", "transformers", "bitsandbytes", "pytest"):
-        try:
-            versions[package] = metadata.version(package)
-        except metadata.PackageNotFoundError:
-            versions[package] = "not installed"
-    grids = {}
-    for cal in calibrations:
-        configs = {}
-        for name in cal.configs:
-            identity = engines.known_identity(*cal.engines[name])
-            key = content_key({"engine": identity, "params": cal.params[name]}) if identity else None
-            configs[name] = {"identity": identity, "key": key}
-        grids[cal.label] = {"configs": configs}
-    return {"command": shlex.join(command), "versions": versions, "python": platform.python_version(), "grids": grids}
-
-
 def summary_lines(verdicts: Sequence[GridVerdict], page: str | Path | None) -> list[str]:
     """HTML lines for another report's summary (pytest-html): the verdict, and the page."""
-    from pytest_redline.report import session_line
+    from pytest_redline.report.sentences import session_line
 
     if not verdicts:
         return []
