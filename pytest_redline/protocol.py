@@ -42,10 +42,11 @@ from pytest_redline import pytest_internals
 
 #: The plugins whose phase hooks do nothing for an item without marks that writes nothing
 #: (capture, logging, skip/xfail marks, unraisable and thread exceptions, hypothesis,
-#: pytest-benchmark), or whose work the short protocol does itself (the runner's setup state).
+#: pytest-benchmark, and pytest 8.0's nose support, which returns for an item that is not a
+#: python test function), or whose work the short protocol does itself (the runner's setup state).
 INERT = frozenset({
     "_pytest.runner", "_pytest.capture", "_pytest.logging", "_pytest.skipping", "_pytest.unraisableexception",
-    "_pytest.threadexception", "_hypothesis_pytestplugin", "pytest_benchmark.plugin",
+    "_pytest.threadexception", "_pytest.nose", "_hypothesis_pytestplugin", "pytest_benchmark.plugin",
 })
 PHASE_HOOKS = ("pytest_runtest_setup", "pytest_runtest_call", "pytest_runtest_teardown")
 SETUP_OPTIONS = ("setupshow", "setuponly", "setupplan")  # they print or skip phases: the full protocol
