@@ -52,6 +52,18 @@ def run_gate(pytester):
     return run
 
 
+def pytest_sessionstart(session):
+    """Hypothesis builds its Unicode table on the first text it draws, once per checkout (it keeps
+    it in .hypothesis/unicode_data): about 6 s of CPU in a fresh clone, which would be charged to
+    whichever test draws text first and make it look slow. Built here instead, with public API
+    (not for a gate run: ``pytest --redline-alpha`` at the rootdir loads this file too)."""
+    if session.config.getoption("redline_alpha", None) is not None:
+        return
+    from hypothesis import find, settings, strategies as st
+
+    find(st.text(min_size=1), lambda text: True, settings=settings(database=None, max_examples=1))
+
+
 SLOW_S = 5.0  # a test over this, setup and teardown included, is marked slow (pyproject's markers)
 
 
