@@ -52,6 +52,7 @@ def run_gate(pytester):
     return run
 
 
+@pytest.hookimpl(trylast=True)  # after Hypothesis's own: it ends its initialization there
 def pytest_sessionstart(session):
     """Hypothesis builds its Unicode table on the first text it draws, once per checkout (it keeps
     it in .hypothesis/unicode_data): about 6 s of CPU in a fresh clone, which would be charged to
