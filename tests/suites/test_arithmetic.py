@@ -122,7 +122,7 @@ def test_clear_errors_bad_suite_args(kwargs, message):
         ArithmeticSuite(**kwargs)
 
 
-@pytest.mark.slow  # counts the 1.48 million problems once: 2-4 s of CPU
+@pytest.mark.slow  # lists and counts the 1.48 million problems: about 6 s of CPU here (57 s wall at load 12)
 def test_n_beyond_the_split_refused_with_the_largest_n():
     """A split holds a finite number of distinct problems; a larger n is refused at once (it used
     to draw up to 1000 n problems first), naming that number, which is every problem the stream
@@ -135,7 +135,6 @@ def test_n_beyond_the_split_refused_with_the_largest_n():
     assert drawn <= set(prompts)
     counts = {split: arithmetic.distinct_count(split) for split in ("calibration", "test", "train")}
     assert sum(counts.values()) == len(prompts)
-    assert counts["calibration"] == sum(split_of(p) == "calibration" for p in prompts)
     assert min(counts.values()) > arithmetic.FEWEST_DISTINCT  # below it, n needs no count
     for split, count in counts.items():
         with pytest.raises(ValueError, match=rf"^arithmetic: suite_args.n: expected at most {count} \(the distinct "
@@ -144,7 +143,7 @@ def test_n_beyond_the_split_refused_with_the_largest_n():
     assert len(ArithmeticSuite(n=2000).prompts()) == 2000
 
 
-@pytest.mark.slow  # a gate run in process (counting the problems: 2-4 s of CPU)
+@pytest.mark.slow  # a gate run in process, counting the problems: about 4 s of CPU
 def test_gate_exit_4_for_n_beyond_the_split(pytester):
     from pathlib import Path
 
