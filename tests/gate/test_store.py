@@ -8,7 +8,6 @@ import shutil
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -123,7 +122,8 @@ def test_lease_of_dead_process_is_taken_over(store: OutcomeStore) -> None:
 def test_lease_of_zombie_is_taken_over(store: OutcomeStore) -> None:
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     try:
-        time.sleep(0.5)  # it exits, but is not reaped yet: a zombie
+        os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)  # until it exits, leaving it unreaped: a zombie
+        assert Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
         with sqlite3.connect(store.path) as con:
             con.execute("INSERT INTO leases VALUES ('batch', 'zombie', ?, ?, 0)", (store.owner.split(":")[0], child.pid))
         assert store.take_lease("batch")
