@@ -44,9 +44,11 @@ def fake_args(tmp_path: Path, *flags: str, **server) -> dict:
             "server": parse_server({"command": command, **server}, "engine_args.server", tmp_path)}
 
 
-def pids(tmp_path: Path) -> list[int]:
+def pids(tmp_path: Path, role: str | None = None) -> list[int]:
+    """The pids the fake servers wrote (``server`` or ``worker``; None: both), in order."""
     path = tmp_path / "pids"
-    return [int(line) for line in path.read_text().split()] if path.exists() else []
+    lines = [line.split() for line in path.read_text().splitlines()] if path.exists() else []
+    return [int(pid) for kind, pid in lines if role in (None, kind)]
 
 
 def models(base_url: str) -> list[str]:

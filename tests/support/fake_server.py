@@ -7,7 +7,7 @@ starts a real one. Options:
 - ``--answers FILE``: a JSON mapping prompt -> completion (default: none, every answer empty);
 - ``--worker``: fork a grandchild that only sleeps, as vLLM's and SGLang's workers do, so that
   a test can check the whole process group is stopped;
-- ``--pids FILE``: append this process's pid (and the worker's) to FILE, one per line;
+- ``--pids FILE``: append ``server PID`` (and ``worker PID``) lines to FILE;
 - ``--exit N``: print a line and exit with status N at once (a server that fails to start);
 - ``--no-ready``: listen, but answer 503 to ``/health`` and ``/v1/models`` forever;
 - ``--ignore-sigterm``: ignore SIGTERM (a server that must be killed after the grace period).
@@ -42,7 +42,7 @@ def main() -> int:
         return args.exit
     if args.ignore_sigterm:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    pids = [os.getpid()]
+    pids = [("server", os.getpid())]
     if args.worker:
         worker = os.fork()
         if worker == 0:  # the grandchild: sleeps until its group is stopped
@@ -50,10 +50,10 @@ def main() -> int:
                 signal.signal(signal.SIGTERM, signal.SIG_IGN)
             while True:
                 time.sleep(1)
-        pids.append(worker)
+        pids.append(("worker", worker))
     if args.pids:
         with open(args.pids, "a") as handle:
-            handle.write("".join(f"{pid}\n" for pid in pids))
+            handle.write("".join(f"{role} {pid}\n" for role, pid in pids))
     if args.no_ready:
         serve_unready(args.port)
         return 0
