@@ -79,8 +79,9 @@ class ServerError(RuntimeError):
 
 def parse_server(value: Any, key: str, folder: str | os.PathLike) -> dict[str, Any]:
     """The validated ``server:`` mapping, normalized: ``command`` (a list of strings), ``port``
-    (``"auto"`` or a port number), ``ready_timeout_s``, ``env`` (strings) and ``log`` (a path
-    resolved against ``folder``, or None)."""
+    (``"auto"`` or a port number), ``ready_timeout_s``, ``env`` (strings), ``log`` (a path
+    resolved against ``folder``, or None) and ``cwd``: ``folder``, where the server runs, so that
+    a relative path in its command (a config file) resolves against the grid file's folder."""
     if not isinstance(value, dict):
         raise ServerSpecError(key, f"expected a mapping with keys {', '.join(SERVER_KEYS)}, got {_show(value)}")
     for name in value:
@@ -94,6 +95,7 @@ def parse_server(value: Any, key: str, folder: str | os.PathLike) -> dict[str, A
         "ready_timeout_s": _seconds(value.get("ready_timeout_s", DEFAULT_READY_TIMEOUT_S), f"{key}.ready_timeout_s"),
         "env": _env(value.get("env"), f"{key}.env"),
         "log": _log(value.get("log"), f"{key}.log", Path(folder)),
+        "cwd": os.path.normpath(os.path.abspath(folder)),
     }
 
 
@@ -183,6 +185,8 @@ def check_engine_args(args: Mapping[str, Any], key: str) -> None:
 def check_command(server: Mapping[str, Any], key: str, model: str | None = None) -> None:
     """The program exists (on ``PATH``, or as a file), and a ``{model}`` folder exists."""
     program = server["command"][0]
+    if os.sep in program and not os.path.isabs(program):
+        program = os.path.join(server["cwd"], program)
     if shutil.which(program) is None:
         where = "is not an executable file" if os.sep in program else "is not found on PATH"
         raise ServerSpecError(f"{key}.command[0]", f"expected a program to run: {program!r} {where}")
@@ -197,18 +201,29 @@ def server_identity(server: Mapping[str, Any], model: str | None,
                     model_identity: Callable[[str], str]) -> dict[str, Any]:
     """What of a server enters the outcome key: the command and its flags (``{port}`` kept as a
     placeholder, ``{model}`` replaced by ``model_identity(model)``, the folder's content identity,
-    so that the same weights elsewhere share outcomes) and the environment (names, and the
-    SHA-256 of values: a value may be a secret). Not the port, the readiness timeout or the log."""
+    so that the same weights elsewhere share outcomes; an argument naming a file, or a
+    ``--flag=file``, by the file's SHA-256) and the environment (names, and the SHA-256 of
+    values: a value may be a secret). Not the port, the readiness timeout, the log or the folder."""
     content = model_identity(model) if uses_model(server) and model is not None else None
-    command = [arg.replace("{model}", f"<model {content}>") if content else arg for arg in server["command"]]
+    command = [_file_identity(arg.replace("{model}", f"<model {content}>") if content else arg, server["cwd"])
+               for arg in server["command"]]
     env = {name: hashlib.sha256(value.encode()).hexdigest()[:16] for name, value in sorted(server["env"].items())}
     return {"command": command, "env": env}
+
+
+def _file_identity(arg: str, cwd: str) -> str:
+    """A command argument that names an existing file (from ``cwd``), as ``<file SHA-256>``."""
+    flag, eq, value = arg.partition("=") if arg.startswith("--") else ("", "", arg)
+    path = Path(value) if Path(value).is_absolute() else Path(cwd) / value
+    if not value or PLACEHOLDER.search(value) or not path.is_file():
+        return arg
+    return f"{flag}{eq}<file {hashlib.sha256(path.read_bytes()).hexdigest()}>"
 
 
 def server_key(server: Mapping[str, Any], model: str | None) -> str:
     """Which configs share one server: the same command, model, port setting and environment."""
     return json.dumps([server["command"], model if uses_model(server) else None, server["port"],
-                       sorted(server["env"].items())])
+                       sorted(server["env"].items()), server["cwd"]])
 
 
 def folder_identity(path: str) -> str:
@@ -360,7 +375,7 @@ class ServerPool:
         supervisor = subprocess.Popen(
             [sys.executable, "-m", "pytest_redline.supervise", str(self.grace_s), str(log), "--", *command],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-            env={**os.environ, **server["env"]}, close_fds=True,
+            env={**os.environ, **server["env"]}, cwd=server["cwd"], close_fds=True,
         )
         line = supervisor.stdout.readline().strip()
         started = Server(key, configs, command, args["base_url"].replace("{port}", str(port)), log, offset, supervisor,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -170,3 +171,27 @@ def test_a_grid_of_three_launch_flags_starts_and_stops_each_transformers_serve_o
     assert len(logs) == 3 and any("bnb-4bit" in log.read_text() for log in logs)
     time.sleep(0.5)
     assert _servers_running(str(pytester.path)) == [] and _servers_running("ar-target --port") == []
+
+
+@pytest.mark.slow  # a pytest subprocess per signal: about 6 s each
+@pytest.mark.parametrize("sig", ["TERM", "KILL"])
+def test_a_signal_to_the_gate_mid_run_leaves_no_server(tmp_path, sig):
+    grid = _fake_grid(tmp_path)
+    grid.write_text(grid.read_text().replace('"--pids", "' + str(tmp_path / "pids") + '"]',
+                                             '"--pids", "' + str(tmp_path / "pids") + '", "--worker", "--hang"]', 1))
+    gate = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--redline-alpha=0.3",
+                             f"--redline-grid={grid}", f"--redline-cache-dir={tmp_path / 'store'}", "-q"],
+                            cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while len(_pids(tmp_path, "worker")) < 1 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        started = _pids(tmp_path, "server") + _pids(tmp_path, "worker")
+        assert len(started) == 2 and all(alive(p) for p in started), "the gate never started its server"
+        time.sleep(1.0)  # mid-run: its requests hang
+        gate.send_signal(getattr(signal, f"SIG{sig}"))
+        gate.wait(timeout=20)
+        assert wait_gone(started, 10) == []  # the server and its worker, within 10 s
+    finally:
+        gate.kill()
+        gate.wait()

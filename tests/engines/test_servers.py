@@ -65,7 +65,8 @@ def test_a_server_spec_is_normalized_and_json_in_a_flag_is_not_a_placeholder(tmp
                          "env": {"VLLM_X": 1}, "log": "logs/a.log"}, "engine_args.server", tmp_path)
     assert spec == {"command": ["vllm", "serve", "{model}", "--port", "{port}", "--speculative-config",
                                 '{"model": "/m/draft", "num_speculative_tokens": 4}'],
-                    "port": "auto", "ready_timeout_s": 600.0, "env": {"VLLM_X": "1"}, "log": str(tmp_path / "logs/a.log")}
+                    "port": "auto", "ready_timeout_s": 600.0, "env": {"VLLM_X": "1"}, "log": str(tmp_path / "logs/a.log"),
+                    "cwd": str(tmp_path)}
 
 
 @pytest.mark.parametrize("server, key, message", [
@@ -118,6 +119,17 @@ def test_the_identity_holds_the_flags_and_the_model_by_content_not_the_port_or_i
     assert ident(spec, "a") != ident(spec, "c") and ident(spec, "a") != ident(flagged, "a")
     assert "--quantization" in ident(flagged, "a")["command"] and "{port}" in ident(spec, "a")["command"]
     assert "secret" not in json.dumps(ident(spec, "a")) and str(tmp_path) not in json.dumps(ident(spec, "a"))
+
+
+def test_a_config_file_in_the_command_enters_the_identity_by_content_relative_to_the_grid_folder(tmp_path):
+    (tmp_path / "algo.yaml").write_text("threshold: 0.95\n")
+    command = ["sglang", "--dllm-algorithm-config", "algo.yaml", "--other=algo.yaml", "--missing", "none.yaml"]
+    spec = parse_server({"command": command}, "s", tmp_path)
+    before = server_identity(spec, None, folder_identity)["command"]
+    assert before[2] == before[3].removeprefix("--other=") and before[2].startswith("<file ")
+    assert before[5] == "none.yaml"
+    (tmp_path / "algo.yaml").write_text("threshold: 0.9\n")
+    assert server_identity(spec, None, folder_identity)["command"][2] != before[2]
 
 
 # --------------------------------------------------------------------------- the pool

@@ -10,7 +10,8 @@ starts a real one. Options:
 - ``--pids FILE``: append ``server PID`` (and ``worker PID``) lines to FILE;
 - ``--exit N``: print a line and exit with status N at once (a server that fails to start);
 - ``--no-ready``: listen, but answer 503 to ``/health`` and ``/v1/models`` forever;
-- ``--ignore-sigterm``: ignore SIGTERM (a server that must be killed after the grace period).
+- ``--ignore-sigterm``: ignore SIGTERM (a server that must be killed after the grace period);
+- ``--hang``: never answer a completion (a gate stays mid-run until it is stopped).
 """
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ def main() -> int:
     parser.add_argument("--exit", type=int)
     parser.add_argument("--no-ready", action="store_true")
     parser.add_argument("--ignore-sigterm", action="store_true")
+    parser.add_argument("--hang", action="store_true")
     args = parser.parse_args()
     print(f"fake server: pid {os.getpid()}, port {args.port}, argv {sys.argv[1:]}", flush=True)
     if args.exit is not None:
@@ -58,13 +60,13 @@ def main() -> int:
         serve_unready(args.port)
         return 0
     answers = json.loads(Path(args.answers).read_text()) if args.answers else {}
-    server = ThreadingHTTPServer(("127.0.0.1", args.port), _handler(answers, args.model))
+    server = ThreadingHTTPServer(("127.0.0.1", args.port), _handler(answers, args.model, args.hang))
     server.daemon_threads = True
     server.serve_forever()
     return 0
 
 
-def _handler(answers: dict, model: str):
+def _handler(answers: dict, model: str, hang: bool):
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, *args) -> None:
             pass
@@ -87,6 +89,8 @@ def _handler(answers: dict, model: str):
 
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))) or b"{}")
+            while hang:
+                time.sleep(1)
             text = answers.get(body.get("prompt", ""), "")
             for stop in body.get("stop") or ():
                 if stop in text:
