@@ -260,9 +260,10 @@ class Server:
     started_at: float = field(default_factory=time.monotonic)
     ready: bool = False
 
-    def describe(self) -> str:
+    def describe(self, command: bool = True) -> str:
         who = ", ".join(repr(c) for c in self.configs) or "?"
-        return f"the server of config{'s' if len(self.configs) > 1 else ''} {who} ({' '.join(self.command)})"
+        what = f"({' '.join(self.command)})" if command else f"(pid {self.pid})"
+        return f"the server of config{'s' if len(self.configs) > 1 else ''} {who} {what}"
 
     def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
         try:
@@ -387,19 +388,20 @@ class ServerPool:
     def _wait_ready(self, server: Server) -> None:
         if server.ready:
             return
-        deadline = server.started_at + server.ready_timeout_s
+        deadline, delay = server.started_at + server.ready_timeout_s, 0.02
         while True:
             code = server.supervisor.poll()
             if code is not None:
                 raise server.failure(f"exited with status {code} before it was ready")
             if _answers(server.base_url):
                 server.ready = True
-                self.progress(f"redline: {server.describe()} is ready after {time.monotonic() - server.started_at:.1f} s")
+                self.progress(f"redline: {server.describe(command=False)} is ready after {time.monotonic() - server.started_at:.1f} s")
                 return
             if time.monotonic() > deadline:
                 raise server.failure(f"was not ready after {server.ready_timeout_s:g} s (ready_timeout_s): "
                                      f"neither /health nor /v1/models answered at {server.base_url}")
-            time.sleep(POLL_S)
+            time.sleep(delay)
+            delay = min(POLL_S, delay * 2)  # a quick server is seen at once, a slow one polled gently
 
     def _stop(self, server: Server) -> None:
         """Close the supervisor's pipe: it stops the server's process group (SIGTERM, then SIGKILL)."""
@@ -425,7 +427,7 @@ class ServerPool:
             del self._running[server.key]
         if server.supervisor.stdout is not None:
             server.supervisor.stdout.close()
-        self.progress(f"redline: stopped {server.describe()}, pid {server.pid}")
+        self.progress(f"redline: stopped {server.describe(command=False)}")
 
 
 def free_port() -> int:

@@ -82,6 +82,7 @@ def test_the_gate_starts_each_configs_server_once_and_leaves_none_running(pytest
     assert len(logs) == 2 and all("redline: starting" in log.read_text() for log in logs)
 
 
+@pytest.mark.slow  # two in-process gate runs with four fake servers: 6.6 s of wall on the shared 2 cores
 @pytest.mark.xfail(BUILDS_TO_IDENTIFY, strict=True,
                    reason="the openai engine identifies itself by asking the server (/v1/models) until it has a "
                           "model-free identity, so a rerun starts the servers to compute its keys")
@@ -94,6 +95,7 @@ def test_a_rerun_that_needs_no_decoding_starts_no_server(pytester, run_gate):
     assert len(_pids(pytester.path, "server")) == first
 
 
+@pytest.mark.slow  # an in-process gate run with two fake servers: 3.0 s of wall (the fast loop keeps one such run)
 def test_a_server_that_fails_to_start_errors_its_configs_and_keeps_the_others(pytester, run_gate):
     grid = _fake_grid(pytester.path)
     grid.write_text(grid.read_text().replace('"--worker"]', '"--exit", "7"]'))
@@ -105,6 +107,27 @@ def test_a_server_that_fails_to_start_errors_its_configs_and_keeps_the_others(py
     report = _report(pytester.path)
     assert not report["certified"] and report["outcomes"]["decoded"] > 0  # the others' outcomes are kept
     assert wait_gone(_pids(pytester.path, "server"), 0.5) == []
+
+
+SECRET = "sk-redline-server-0123456789abcdef"
+
+
+@pytest.mark.slow  # an in-process gate run with two fake servers: 3.5 s of wall (the fast loop keeps one such run)
+def test_secrets_in_the_servers_env_and_the_api_key_appear_in_no_log_report_or_store_row(pytester, run_gate, monkeypatch):
+    monkeypatch.setenv("REDLINE_TEST_API_KEY", SECRET)
+    grid = _fake_grid(pytester.path)
+    text = grid.read_text().replace("concurrency: 4}", "concurrency: 4, api_key_env: REDLINE_TEST_API_KEY}")
+    text = text.replace('"--worker"]}', f'"--worker"], "env": {{"FAKE_SERVER_TOKEN": "{SECRET}"}}}}')
+    grid.write_text(text)
+    result = run_gate("--redline-alpha=0.3", "--redline-grid=served.yaml", "--redline-report=report.json",
+                      "--junitxml=junit.xml", "-vv")
+    assert result.ret == 0, result.stdout.str()[-3000:]
+    assert SECRET in grid.read_text()  # the grid names it (the env of the server) ...
+    grid.unlink()
+    written = [result.stdout.str(), result.stderr.str()]
+    written += [p.read_bytes().decode("latin-1") for p in pytester.path.rglob("*") if p.is_file()]
+    assert len(list(pytester.path.rglob("servers/*.log"))) == 2
+    assert not any(SECRET in text for text in written)  # ... and nothing the gate wrote does
 
 
 # --------------------------------------------------------------------------- transformers serve
@@ -151,7 +174,7 @@ def _servers_running(marker: str) -> list[int]:
     return found
 
 
-@pytest.mark.slow  # three transformers serve processes, one after another: about 2 min on 2 cores
+@pytest.mark.slow  # three transformers serve processes, one after another: 100 s of wall on the shared 2 cores
 def test_a_grid_of_three_launch_flags_starts_and_stops_each_transformers_serve_once(pytester, run_gate):
     cli = shutil.which("transformers")
     if cli is None:
@@ -173,9 +196,9 @@ def test_a_grid_of_three_launch_flags_starts_and_stops_each_transformers_serve_o
     assert _servers_running(str(pytester.path)) == [] and _servers_running("ar-target --port") == []
 
 
-@pytest.mark.slow  # a pytest subprocess per signal: about 6 s each
-@pytest.mark.parametrize("sig", ["TERM", "KILL"])
-def test_a_signal_to_the_gate_mid_run_leaves_no_server(tmp_path, sig):
+@pytest.mark.slow  # a pytest subprocess gate per signal: 3-4 s of wall each
+@pytest.mark.parametrize("sig", ["INT", "TERM", "KILL"])  # INT: Ctrl-C
+def test_ctrl_c_or_a_signal_to_the_gate_mid_run_leaves_no_server(tmp_path, sig):
     grid = _fake_grid(tmp_path)
     grid.write_text(grid.read_text().replace('"--pids", "' + str(tmp_path / "pids") + '"]',
                                              '"--pids", "' + str(tmp_path / "pids") + '", "--worker", "--hang"]', 1))

@@ -168,6 +168,7 @@ def test_a_server_that_exits_early_names_the_configs_the_command_the_status_and_
     assert pool.running == ()
 
 
+@pytest.mark.slow  # waits out its 1.5 s ready_timeout_s: 1.9 s of wall
 def test_a_server_that_never_becomes_ready_is_stopped_after_ready_timeout_s(tmp_path):
     pool = ServerPool(tmp_path / "servers", grace_s=1.0)
     args = fake_args(tmp_path, "--no-ready", "--worker", ready_timeout_s=1.5)
@@ -176,6 +177,7 @@ def test_a_server_that_never_becomes_ready_is_stopped_after_ready_timeout_s(tmp_
     assert pool.running == () and wait_gone(pids(tmp_path), 0.5) == []
 
 
+@pytest.mark.slow  # waits out a 0.5 s grace period with a fake server: 1.3 s of wall
 def test_a_server_that_ignores_sigterm_is_killed_after_the_grace_period(tmp_path):
     pool = ServerPool(tmp_path / "servers", grace_s=0.5)
     args = fake_args(tmp_path, "--ignore-sigterm", "--worker")
@@ -185,6 +187,7 @@ def test_a_server_that_ignores_sigterm_is_killed_after_the_grace_period(tmp_path
     assert wait_gone(pids(tmp_path), 0.5) == []
 
 
+@pytest.mark.slow  # three fake servers: 2.1 s of wall
 def test_with_two_servers_the_next_config_loads_while_the_current_one_decodes(tmp_path):
     pool = ServerPool(tmp_path / "servers", max_servers=2)
     configs = {name: fake_args(tmp_path, "--model", name) for name in ("a", "b", "c")}
@@ -203,6 +206,7 @@ def test_with_two_servers_the_next_config_loads_while_the_current_one_decodes(tm
     assert wait_gone(pids(tmp_path), 0.5) == []
 
 
+@pytest.mark.slow  # two fake servers: 1.5 s of wall
 def test_with_one_server_a_config_with_another_command_stops_the_current_one_first(tmp_path):
     pool = ServerPool(tmp_path / "servers")
     one, two = fake_args(tmp_path, "--model", "one"), fake_args(tmp_path, "--model", "two")
