@@ -226,18 +226,47 @@ def server_key(server: Mapping[str, Any], model: str | None) -> str:
                        sorted(server["env"].items()), server["cwd"]])
 
 
+MODEL_HASHES = "server-model-hashes.json"
+_hashes_file: Path | None = None  # where folder_identity keeps its hashes (None: in memory only)
+_hashes: dict[str, dict[str, Any]] = {}
+
+
+def cache_model_hashes(folder: str | os.PathLike) -> None:
+    """Keep :func:`folder_identity`'s hashes in ``folder``/server-model-hashes.json, by path, size
+    and modification time, so that a rerun does not read a large model's weights again."""
+    global _hashes_file
+    _hashes_file = Path(folder) / MODEL_HASHES
+    try:
+        _hashes.update(json.loads(_hashes_file.read_text()))
+    except (OSError, ValueError):
+        pass
+
+
 def folder_identity(path: str) -> str:
     """A model folder's content identity: SHA-256 over its files' relative names and bytes (a
-    file's too). A plain default for :func:`server_identity`'s ``model_identity``; the gate may
-    supply a cached one."""
-    root = Path(path)
+    file's too), kept by path, size and modification time (:func:`cache_model_hashes`)."""
+    root = Path(path).resolve()
     files = sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else [root]
+    names = [f.relative_to(root).as_posix() if root.is_dir() else f.name for f in files]
+    stats = [[name, f.stat().st_size, f.stat().st_mtime_ns] for name, f in zip(names, files)]
+    known = _hashes.get(str(root))
+    if known is not None and known["files"] == stats:
+        return known["sha256"]
     digest = hashlib.sha256()
-    for file in files:
-        digest.update(file.relative_to(root).as_posix().encode() if root.is_dir() else file.name.encode())
+    for name, file in zip(names, files):
+        digest.update(name.encode())
         with open(file, "rb") as handle:
             for chunk in iter(lambda: handle.read(1 << 20), b""):
                 digest.update(chunk)
+    _hashes[str(root)] = {"files": stats, "sha256": digest.hexdigest()}
+    if _hashes_file is not None:
+        try:  # atomic: concurrent sessions (xdist workers) each write a whole file
+            tmp = _hashes_file.with_name(f".{_hashes_file.name}.{os.getpid()}.tmp")
+            tmp.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(json.dumps(_hashes, sort_keys=True, indent=1))
+            os.replace(tmp, _hashes_file)
+        except OSError:
+            pass  # a read-only folder: the hashes stay in memory
     return digest.hexdigest()
 
 
@@ -289,6 +318,7 @@ class ServerPool:
         self.log_dir, self.max_servers, self.progress = Path(log_dir), max(1, int(max_servers)), progress
         self.grace_s = grace_s  # SIGTERM to a server's group, then SIGKILL after this long
         self.model_identity = model_identity
+        cache_model_hashes(self.log_dir)  # the servers' model hashes beside their logs
         self._running: dict[str, Server] = {}
         self._order: list[tuple[str, Mapping[str, Any]]] = []  # planned: (server key, engine_args)
         self._planned_args: dict[str, Mapping[str, Any]] = {}

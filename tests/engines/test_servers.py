@@ -121,6 +121,23 @@ def test_the_identity_holds_the_flags_and_the_model_by_content_not_the_port_or_i
     assert "secret" not in json.dumps(ident(spec, "a")) and str(tmp_path) not in json.dumps(ident(spec, "a"))
 
 
+def test_a_model_folders_identity_is_kept_by_size_and_mtime_and_changes_with_its_bytes(tmp_path, monkeypatch):
+    from pytest_redline import servers
+
+    monkeypatch.setattr(servers, "_hashes", {})
+    monkeypatch.setattr(servers, "_hashes_file", None)  # restored after the test
+    servers.cache_model_hashes(tmp_path / "cache")
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "w.bin").write_bytes(b"1234")
+    first = folder_identity(str(model))
+    assert json.loads((tmp_path / "cache" / "server-model-hashes.json").read_text())[str(model)]["sha256"] == first
+    os.utime(model / "w.bin", ns=(1, 1))  # the same bytes, another mtime: hashed again, the same identity
+    assert folder_identity(str(model)) == first
+    (model / "w.bin").write_bytes(b"1235")
+    assert folder_identity(str(model)) != first
+
+
 def test_a_config_file_in_the_command_enters_the_identity_by_content_relative_to_the_grid_folder(tmp_path):
     (tmp_path / "algo.yaml").write_text("threshold: 0.95\n")
     command = ["sglang", "--dllm-algorithm-config", "algo.yaml", "--other=algo.yaml", "--missing", "none.yaml"]
