@@ -212,11 +212,11 @@ class _Reader:
         for name, arg in value.items():
             if not isinstance(name, str):
                 raise self.fail(key, f"expected string argument names, got {_show(name)}")
-            if name == "server":
+            if name == "server" and key.endswith("engine_args"):
                 out[name] = self.server(arg, f"{key}.server")
             else:
                 out[name] = arg if name == "model" and "base_url" in value else self.resolve(name, arg)
-        return self.server_model(out, out.get("server"))
+        return self.server_model(out, out.get("server")) if key.endswith("engine_args") else out
 
     def server(self, value: Any, key: str) -> dict[str, Any]:
         try:

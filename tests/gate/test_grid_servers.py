@@ -82,6 +82,11 @@ def test_a_bad_server_is_a_grid_error_naming_the_key(body, key, message):
     assert error.key == key and message in error.message, str(error)
 
 
+def test_a_suite_argument_named_server_is_the_suites_own():
+    g = grid("suite_args: {server: http://x}\nengine_args: {}\nconfigs: {plain: {}}\n")
+    assert g.suite_args == {"server": "http://x"}
+
+
 def test_a_command_not_on_path_is_an_error_when_the_grid_is_prepared(tmp_path):
     path = tmp_path / "g.yaml"
     path.write_text(HEAD + "engine_args: {base_url: 'http://h:{port}/v1', model: m, label: l}\n"
