@@ -313,11 +313,9 @@ class ServerPool:
     at once, all stopped by :meth:`close` (and by the supervisor if the gate dies)."""
 
     def __init__(self, log_dir: str | os.PathLike, max_servers: int = 1,
-                 model_identity: Callable[[str], str] = folder_identity,
                  progress: Callable[[str], None] = lambda line: None, grace_s: float = GRACE_S) -> None:
         self.log_dir, self.max_servers, self.progress = Path(log_dir), max(1, int(max_servers)), progress
         self.grace_s = grace_s  # SIGTERM to a server's group, then SIGKILL after this long
-        self.model_identity = model_identity
         cache_model_hashes(self.log_dir)  # the servers' model hashes beside their logs
         self._running: dict[str, Server] = {}
         self._order: list[tuple[str, Mapping[str, Any]]] = []  # planned: (server key, engine_args)
@@ -340,9 +338,6 @@ class ServerPool:
             self._planned_args.setdefault(key, args)
             if not self._order or self._order[-1][0] != key:
                 self._order.append((key, args))
-
-    def identity(self, args: Mapping[str, Any]) -> dict[str, Any]:
-        return server_identity(args["server"], args.get("model"), self.model_identity)
 
     def resolve(self, args: Mapping[str, Any]) -> dict[str, Any]:
         """The engine arguments to build the engine with: the server started (or reused) and
