@@ -29,7 +29,7 @@ def stand_ins(tmp_path, monkeypatch):
     bin_dir.mkdir()
     (bin_dir / "vllm").write_text("#!/bin/sh\nexit 1\n")
     (bin_dir / "vllm").chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ["PATH"]}")
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
     copy = tmp_path / "grids"
     shutil.copytree(GRIDS / "server_configs", copy / "server_configs")
     for name in SHIPPED:
