@@ -110,7 +110,7 @@ class Gate:
         served = [cal for cal in cals if any(args.get("server") for _, args in cal.engines.values())]
         bound = min((cal.grid.max_servers for cal in served), default=1)  # the tightest of the grids with servers
         self.engines.servers = ServerPool(log_dir, max_servers=bound, progress=self.progress)
-        self.engines.servers.plan((config, cal.engines[config][1]) for cal in cals for config in cal.collection_order())
+        self.engines.servers.plan((config, cal.engines[config][1]) for cal in cals for config in _decode_order(cal))
 
     def stop_servers(self) -> None:
         """Stop every server this process started (decoding is over, or the gate is closing)."""
@@ -308,6 +308,16 @@ def progress_writer(config: pytest.Config) -> Callable[[str], None]:
                 sys.stderr.flush()
 
     return write
+
+
+def _decode_order(cal: Calibration) -> list[str]:
+    """The configs in the order the decode stage asks for their outcomes: the reference, each
+    candidate's scheduled run, then the candidates finished on the prompts they skipped (every
+    candidate in select and all modes, the deployed one in gate mode; none with --redline-full)."""
+    order = list(cal.collection_order())
+    if cal.full or cal.replayed:
+        return order
+    return order + ([cal.deploy] if cal.mode == "gate" else order[1:])
 
 
 def _unique(paths: list[Path]) -> list[Path]:

@@ -224,6 +224,19 @@ def test_with_two_servers_the_next_config_loads_while_the_current_one_decodes(tm
 
 
 @pytest.mark.slow  # two fake servers: 1.5 s of wall
+def test_with_two_servers_a_config_decoded_again_later_keeps_its_server(tmp_path):
+    pool = ServerPool(tmp_path / "servers", max_servers=2)
+    one, two = fake_args(tmp_path, "--model", "one"), fake_args(tmp_path, "--model", "two")
+    pool.plan([("ref", one), ("cand", two), ("ref", one)])  # the reference, a candidate, the reference again
+    try:
+        for args in (one, two, one):
+            pool.resolve(args)
+    finally:
+        pool.close()
+    assert [s.configs for s in pool.started] == [("ref",), ("cand",)]  # each started once
+
+
+@pytest.mark.slow  # two fake servers: 1.5 s of wall
 def test_with_one_server_a_config_with_another_command_stops_the_current_one_first(tmp_path):
     pool = ServerPool(tmp_path / "servers")
     one, two = fake_args(tmp_path, "--model", "one"), fake_args(tmp_path, "--model", "two")
