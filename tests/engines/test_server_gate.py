@@ -4,6 +4,7 @@ server is checked by pid: started once, and none left running after the session.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import signal
 import subprocess
@@ -160,8 +161,8 @@ def _serve_grid(folder: Path, cli: str) -> Path:
     return path
 
 
-def _servers_running(marker: str) -> list[int]:
-    """Pids of live processes whose command line has ``marker`` (the test's own grid folder)."""
+def _running_under(folder: Path) -> list[int]:
+    """Pids of live processes whose command line names ``folder``."""
     found = []
     for proc in Path("/proc").iterdir():
         if proc.name.isdigit():
@@ -169,7 +170,7 @@ def _servers_running(marker: str) -> list[int]:
                 cmdline = (proc / "cmdline").read_bytes().decode(errors="replace")
             except OSError:
                 continue
-            if marker in cmdline and " serve " in cmdline.replace("\0", " ") and alive(int(proc.name)):
+            if str(folder) in cmdline and alive(int(proc.name)):
                 found.append(int(proc.name))
     return found
 
@@ -192,8 +193,9 @@ def test_a_grid_of_three_launch_flags_starts_and_stops_each_transformers_serve_o
     assert by_name["plain"]["accuracy"] > 0.5 and by_name["int8"]["accuracy"] > 0.5  # both load and generate
     logs = list(pytester.path.rglob("servers/*.log"))
     assert len(logs) == 3 and any("bnb-4bit" in log.read_text() for log in logs)
-    time.sleep(0.5)
-    assert _servers_running(str(pytester.path)) == [] and _servers_running("ar-target --port") == []
+    started = [int(pid) for pid in re.findall(r"redline: started the server of config '\w+' \(.*?\), pid (\d+)", out)]
+    assert len(started) == 3 and wait_gone(started, 0.5) == []  # each server's leader, by pid
+    assert _running_under(pytester.path) == []  # no supervisor either (their argv names the log in this folder)
 
 
 @pytest.mark.slow  # a pytest subprocess gate per signal: 3-4 s of wall each
