@@ -36,7 +36,7 @@ from pytest_redline.engines.common import encode  # noqa: E402
 from pytest_redline.suites.arithmetic import ArithmeticSuite  # noqa: E402
 from tests.engines.test_checkpoints_parity import _answer  # noqa: E402
 
-pytestmark = pytest.mark.slow  # tiny LLaDA, Dream and SDAR folders and their official decoders, 3 x 16 examples: 20 s of CPU
+pytestmark = pytest.mark.slow  # tiny LLaDA, Dream and SDAR folders and their official decoders, 3 x 16 examples: 19 s of CPU
 
 PEAKS = {0: 3.0, 1: 1.0}  # seed -> head scale (3: steps commit several tokens; 1: mostly one)
 PROMPTS = ArithmeticSuite(n=24, seed=0).prompts()

@@ -35,7 +35,7 @@ from pytest_redline.engines.block_diffusion import BlockDiffusionEngine  # noqa:
 from pytest_redline.engines.flowblock import FlowBlockEngine  # noqa: E402
 from pytest_redline.suites.arithmetic import ArithmeticSuite  # noqa: E402
 
-pytestmark = pytest.mark.slow  # two tiny MoE folders, the published model and its generate: 12 s of CPU in all
+pytestmark = pytest.mark.slow  # two tiny MoE folders, the published model and its generate: 17 s of CPU in all
 
 BLOCK, GEN, THRESHOLD = 4, 8, 0.9
 SMALL = {"base": 100, "vocab_size": 128, "peak": 10.0}  # specials at 100..103: EOS 100, <|mask|> 103

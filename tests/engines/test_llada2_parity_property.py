@@ -28,7 +28,7 @@ import pytest
 torch = pytest.importorskip("torch")
 hypothesis = pytest.importorskip("hypothesis")
 
-from hypothesis import HealthCheck, example, given, settings  # noqa: E402
+from hypothesis import HealthCheck, event, example, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 import peers  # noqa: E402  (tests/support/peers.py)
@@ -39,7 +39,7 @@ from pytest_redline.engines.common import encode  # noqa: E402
 from pytest_redline.engines.flowblock import FlowBlockEngine  # noqa: E402
 from pytest_redline.suites.arithmetic import ArithmeticSuite  # noqa: E402
 
-pytestmark = pytest.mark.slow  # tiny MoE folders, the published model and its generate, 2 x 16 examples: 25 s of CPU
+pytestmark = pytest.mark.slow  # tiny MoE folders, the published model and its generate, 2 x 16 examples: 14 s of CPU
 
 PEAKS = {0: 10.0, 1: 3.0, 2: 1.0}  # seed -> head scale (10: confident steps commit several; 1: the fallback decides)
 SMALL = {"base": 100, "vocab_size": 128}  # specials at 100..103: EOS 100, <|mask|> 103
@@ -92,7 +92,12 @@ def _official(engine, peer, prompts, gen: int, block: int, **kwargs) -> list[tup
 
 
 def _ours(engine, prompts, config) -> list[tuple[str, int]]:
-    return [(g.text, g.tokens) for g in engine.generate(prompts, config)]
+    """Our answers (text, tokens); the statistics (--hypothesis-show-statistics) count what they met."""
+    generations = engine.generate(prompts, config)
+    event("an answer ends at an EOS" if any(g.finish_reason == "eos" for g in generations) else "no EOS")
+    if "edits" in generations[0].extra:
+        event("edits" if any(g.extra["edits"] for g in generations) else "no edit")
+    return [(g.text, g.tokens) for g in generations]
 
 
 @settings(bounded)
@@ -101,6 +106,7 @@ def _ours(engine, prompts, config) -> list[tuple[str, int]]:
 @example(block=16, gen=1, threshold=0.75, eos_early_stop=False, chosen=[9], seed=0)
 def test_equivalent_llada20_official_generate_property(models, block, gen, threshold, eos_early_stop, chosen, seed):
     engine, peer = models("2.0", seed)
+    event("gen_length below the block" if gen < block else "gen_length whole blocks" if gen % block == 0 else "gen_length part blocks")
     prompts = [PROMPTS[i] for i in chosen]
     theirs = _official(engine, peer, prompts, gen, block, threshold=threshold, eos_early_stop=eos_early_stop)
     for schedule in ("diffulex", "eager"):
