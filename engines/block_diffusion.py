@@ -23,7 +23,7 @@ rule, in tokens and forwards. One engine step, per request:
    ``skip_masked_blocks``). The cached prefix is read from a ``DynamicCache``, never recomputed.
 3. **Commit** (``commit``, the sampler). Per ACTIVE block with MASK positions: every masked
    position whose top-1 probability exceeds ``accept_threshold``; if fewer than the step's
-   transfer count pass, its that many most confident ones when its predecessor is semi-complete
+   transfer count pass, that many of its most confident ones when its predecessor is semi-complete
    (resolved fraction at least ``semi_complete_threshold`` at the start of the step) or final,
    else nothing. The transfer count is 1, except on LLaDA2.0 checkpoints (``model_type:
    llada2_moe``), whose official ``generate`` caps its steps per block at the generation length:
