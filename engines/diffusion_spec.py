@@ -148,7 +148,7 @@ class BlockDiffusionSpec(EngineSpec):
 
     name = "block_diffusion"
     engine = "pytest_redline.engines.block_diffusion:BlockDiffusionEngine"
-    rules = "2: diffulex multi_bd"  # enters the outcome key (describe): bump when decoding rules change
+    rules = "3: diffulex multi_bd, LLaDA2.0 step cap, confidences in the wider dtype"  # enters the outcome key (describe): bump when decoding rules change
     Config = DecodeConfig
     engine_args = {"model": None, "device": "auto", "dtype": "auto", "mask_token_id": None, "eos_token_id": None,
                    "trust_remote_code": False, "trace": None, "threads": None}
@@ -223,7 +223,7 @@ class BlockDiffusionSpec(EngineSpec):
 class FlowBlockSpec(BlockDiffusionSpec):
     name = "flowblock"
     engine = "pytest_redline.engines.flowblock:FlowBlockEngine"
-    rules = "2: LLaDA2.1 editing, post-step cap"
+    rules = "3: LLaDA2.1 editing, post-step cap, confidences in the wider dtype"
     Config = FlowConfig
     mode = "block-causal cache, blocks from position 0 (FlowBlock wavefront)"
 
