@@ -162,7 +162,8 @@ class BlockDiffusionEngine(BlockDiffusionSpec):
         return self._fingerprint
 
     def describe(self) -> dict[str, str]:
-        return runtime.describe(self.name, self.device, self.dtype, model=self.path, rules=self.rules, **self.checkpoint.describe())
+        return runtime.describe(self.name, self.device, self.dtype, model=self.path,
+                                rules=self.rules_for(self.dtype, self.checkpoint.family), **self.checkpoint.describe())
 
     def generate(self, prompts: Sequence[Prompt], config: Mapping[str, Any]) -> list[Generation]:
         config = self.with_declared(config, self.checkpoint.block_size)  # the spec's rule, as reported

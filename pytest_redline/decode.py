@@ -35,7 +35,8 @@ from pytest_redline.batchrun import BatchRunner
 from pytest_redline.calibration import Calibration
 from pytest_redline.contracts import Generation, Prompt
 from pytest_redline.enginebook import EngineBook
-from pytest_redline.keys import CONTENT_HASHES, ContentHashes, OutcomeKeys, scorer_name
+from pytest_redline.content import CONTENT_HASHES, ContentHashes
+from pytest_redline.keys import OutcomeKeys, scorer_name
 from pytest_redline.schedule import EARLY_STOP, REFERENCE_WRONG, CandidateRun, Schedule, contenders
 from pytest_redline.scoring import engine_prompts, judgement, rescored, scoring_version
 from pytest_redline.store import OutcomeStore, StoredOutcome, content_key

@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
-from pytest_redline.keys import ContentHashes, content_identity
+from pytest_redline.content import ContentHashes, content_identity
 
 SERVER_KEYS = ("command", "port", "ready_timeout_s", "env", "log")
 PLACEHOLDERS = ("port", "model")
@@ -241,7 +241,7 @@ def cache_model_hashes(folder: str | os.PathLike) -> None:
 
 
 def folder_identity(path: str) -> str:
-    """A model folder's (or file's) content identity: :func:`pytest_redline.keys.content_identity`,
+    """A model folder's (or file's) content identity: :func:`pytest_redline.content.content_identity`,
     with the file hashes kept by :func:`cache_model_hashes`."""
     identity = content_identity(path, _hashes)
     _hashes.save()
