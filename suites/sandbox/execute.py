@@ -31,8 +31,16 @@ sys.path.extend(paths)
 builtins.quit, builtins.exit = (_sitebuiltins.Quitter(name, "Ctrl-D (i.e. EOF)") for name in ("quit", "exit"))
 builtins.help = _sitebuiltins._Helper()
 
+class Source:  # __main__.__loader__: linecache, so inspect.getsource, finds the program's lines through it
+    def __init__(self, text):
+        self.text = text
+
+    def get_source(self, name):
+        return self.text
+
 def sandboxed(argv, exec=exec, compile=compile, open=open, read=posix.read, write=posix.write, close=posix.close,
-              exit=posix._exit, setrlimit=resource.setrlimit, streams=(sys.stdout, sys.stderr)):
+              exit=posix._exit, getpid=posix.getpid, setrlimit=resource.setrlimit, streams=(sys.stdout, sys.stderr),
+              type=type, str=str, list=list, namespaces_of=(builtins.__dict__,)):
     token_fd, result_fd, code_fd, tests_fd = map(int, argv[:4])
     cpu, memory, processes, file_bytes, open_files = map(int, argv[5:])
     for fd in map(int, filter(None, argv[4].split(","))):  # the run's cgroups: joined before any user code
@@ -41,9 +49,10 @@ def sandboxed(argv, exec=exec, compile=compile, open=open, read=posix.read, writ
     token = read(token_fd, 64)
     close(token_fd)
     with open(code_fd, encoding="utf-8") as f:  # the sources come on fds, closed before user code
-        program = compile(f.read(), "program.py", "exec")
+        source = f.read()
+    program = compile(source, "program.py", "exec")
     with open(tests_fd, encoding="utf-8") as f:
-        tests = compile(f.read(), "tests.py", "exec")
+        tests = compile(f.read(), "<tests>", "exec")  # <...>: no line of it is looked up anywhere
     for which, soft, hard in (
         (resource.RLIMIT_CPU, cpu, cpu + 1),
         (resource.RLIMIT_AS, memory, memory),
@@ -54,14 +63,32 @@ def sandboxed(argv, exec=exec, compile=compile, open=open, read=posix.read, writ
     ):
         setrlimit(which, (soft, hard))
     main = type(sys)("__main__")
+    main.__loader__ = Source(source)
     sys.modules["__main__"] = main
+    pid, held = getpid(), []
+
+    def leave_if_forked():  # a forked child that returned here: it never runs the tests nor writes the token
+        if getpid() != pid:
+            flush()
+            exit(0)
+
+    def flush():
+        for stream in streams:
+            try:
+                stream.flush()
+            except BaseException:
+                pass
+
     exec(program, main.__dict__)
+    leave_if_forked()
+    for namespace in (main.__dict__, *namespaces_of):  # keys of type exactly str: lookups take the str-only way
+        items = list(namespace.items())
+        held.append(items)  # what is dropped stays alive (no __del__ runs) until the process exits
+        namespace.clear()
+        namespace.update([item for item in items if type(item[0]) is str])
     exec(tests, main.__dict__)
-    for stream in streams:
-        try:
-            stream.flush()
-        except BaseException:
-            pass
+    leave_if_forked()
+    flush()
     write(result_fd, token)
     exit(0)
 
@@ -73,7 +100,6 @@ sandboxed(argv)
 
 TOKEN_BYTES = 32  # the pass token: 16 random bytes in hex
 STARVED_FACTOR = 5  # a starved program's run lasts at most this many times its wall-clock limit
-TOKEN_COPIES = 4  # a forked child that also ran the tests may write it too; more is a flood, and fails
 
 
 def _execute(program: Program, launcher: _Launcher, python: str,
@@ -141,11 +167,9 @@ def _bootstrap(python: str) -> str:
 
 
 def _tokens(sentinel: bytes, token: bytes) -> bool:
-    """Whether the result pipe held the token, once or a few times (a process the program forked
-    ran the tests to the end and wrote it too; the token is written only after the tests), and
-    nothing else."""
-    copies = len(sentinel) // len(token)
-    return 1 <= copies <= TOKEN_COPIES and sentinel == token * copies
+    """Whether the result pipe held the token once and nothing else: only the bootstrap's own
+    process writes it, after the tests ran there to the end."""
+    return sentinel == token
 
 
 def _unread(fd: int) -> bool:
@@ -162,11 +186,11 @@ def _collect(child: subprocess.Popen, sentinel_fd: int, limits: Limits, start: f
     """Read output and sentinel until both close; the third item says why it was stopped early.
 
     Every read is bounded: of the output only the last ``limits.output_bytes`` are kept (the rest
-    is dropped, never a failure), and of the result pipe at most TOKEN_COPIES tokens (more stops
-    the program). Where the launcher meters the program (a cgroup), its CPU time over all its
+    is dropped, never a failure), and of the result pipe at most one token (more stops the
+    program). Where the launcher meters the program (a cgroup), its CPU time over all its
     processes is held to ``limits.cpu_seconds``, and time its processes spent waiting for a CPU
     does not count towards the wall-clock limit: a neighbour cannot make it time out."""
-    tail, dropped, sentinel, cap = bytearray(), 0, bytearray(), TOKEN_COPIES * TOKEN_BYTES
+    tail, dropped, sentinel, cap = bytearray(), 0, bytearray(), TOKEN_BYTES
     selector = selectors.DefaultSelector()
     selector.register(child.stdout, selectors.EVENT_READ)
     selector.register(sentinel_fd, selectors.EVENT_READ)
