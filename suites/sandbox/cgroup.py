@@ -35,6 +35,7 @@ class Layout:
 
     version: int
     parents: dict[str, Path]
+    tcp: bool = True  # TCP buffers are charged: v1 with memory.kmem.tcp.limit_in_bytes, v2 without nosocket
 
     def folders(self, name: str) -> list[Path]:
         return sorted({parent / name for parent in self.parents.values()})
@@ -43,7 +44,8 @@ class Layout:
 class Cgroup:
     """One program's groups, limited; removed by :meth:`remove` once its processes are gone."""
 
-    def __init__(self, layout: Layout, name: str, memory_bytes: int, processes: int, cpus: float):
+    def __init__(self, layout: Layout, name: str, memory_bytes: int, processes: int, cpus: float,
+                 tcp_bytes: int = 64 << 20):
         self.layout, self.name = layout, name
         for folder in layout.folders(name):
             if folder.exists():  # left by a gate that was killed mid-run: its processes are gone or dying
@@ -60,6 +62,8 @@ class Cgroup:
         else:
             self._write("memory", "memory.limit_in_bytes", memory_bytes)
             self._write("memory", "memory.memsw.limit_in_bytes", memory_bytes, optional=True)  # no swap
+            if layout.tcp:  # v1 charges TCP buffers only once this is written, and under this limit alone
+                self._write("memory", "memory.kmem.tcp.limit_in_bytes", tcp_bytes)
             self._write("pids", "pids.max", processes)
             self._write("cpu", "cpu.cfs_period_us", CPU_PERIOD_US)
             self._write("cpu", "cpu.cfs_quota_us", quota)
@@ -175,13 +179,14 @@ def _v2(mount: Path) -> Layout | str:
                 (folder / "cgroup.subtree_control").write_text(" ".join(f"+{c}" for c in V2) + "\n")
     except OSError as error:
         return f"cgroup v2 at {mount}: {error.strerror} ({error.filename})"
-    return Layout(2, {"unified": parent})
+    return Layout(2, {"unified": parent}, tcp="cgroup.memory=nosocket" not in _kernel_command_line())
 
 
-def _v1(mounts: list[tuple[str, str, set[str]]], root: str) -> Layout | str:
+def _v1(mounts: list[tuple[str, str, set[str]]], root: str, own_groups: str | None = None) -> Layout | str:
+    """The v1 layout under this process's own groups (``own_groups``: /proc/self/cgroup's text)."""
     own = {}
     with contextlib.suppress(OSError):
-        for line in Path("/proc/self/cgroup").read_text().splitlines():
+        for line in (own_groups if own_groups is not None else Path("/proc/self/cgroup").read_text()).splitlines():
             _, controllers, path = line.split(":", 2)
             for controller in controllers.split(","):
                 own[controller] = path
@@ -199,4 +204,11 @@ def _v1(mounts: list[tuple[str, str, set[str]]], root: str) -> Layout | str:
                 return f"cgroup v1: {parent} is not writable"
     except OSError as error:
         return f"cgroup v1: {error.strerror} ({error.filename})"
-    return Layout(1, parents)
+    return Layout(1, parents, tcp=(parents["memory"] / "memory.kmem.tcp.limit_in_bytes").exists())
+
+
+def _kernel_command_line() -> str:
+    try:
+        return Path("/proc/cmdline").read_text()
+    except OSError:
+        return ""

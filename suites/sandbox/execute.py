@@ -134,7 +134,7 @@ def _execute(program: Program, launcher: _Launcher, python: str,
         finally:
             if not stopped:  # the turn never came (an error while waiting): no sandbox outlives it
                 launcher.stop(child)
-        text = output.decode("utf-8", errors="replace")
+        text = _text(output, limits.output_chars)
         if not stop and _unread(token_read):  # the bootstrap never ran: the harness's environment
             raise RuntimeError(f"sandbox: {python} did not start the program (exit status {child.returncode}): "
                                f"{text.strip()[-500:]}")
@@ -170,6 +170,15 @@ def _tokens(sentinel: bytes, token: bytes) -> bool:
     """Whether the result pipe held the token once and nothing else: only the bootstrap's own
     process writes it, after the tests ran there to the end."""
     return sentinel == token
+
+
+def _text(output: bytes, chars: int) -> str:
+    """The kept output as text: its last ``chars`` characters (a str of 4-byte characters holds 4
+    bytes each, so bytes alone do not bound it)."""
+    text = output.decode("utf-8", errors="replace")
+    if len(text) <= chars:
+        return text
+    return f"[{len(text) - chars} earlier characters of output dropped]\n" + text[-chars:]
 
 
 def _unread(fd: int) -> bool:

@@ -165,7 +165,8 @@ class _NamespaceLauncher(_Launcher):
         if self.jail.cgroups is None or self.uid is None:
             return ()
         limits = program.limits
-        self.cgroup = Cgroup(self.jail.cgroups, slot_name(self.uid), limits.memory_bytes, limits.processes, limits.cpus)
+        self.cgroup = Cgroup(self.jail.cgroups, slot_name(self.uid), limits.memory_bytes, limits.processes, limits.cpus,
+                             limits.tcp_bytes)
         return tuple(fds.file(path) for path in self.cgroup.procs())
 
     def usage(self) -> tuple[float, float] | None:

@@ -25,8 +25,9 @@ def test_limits_written_v1_cgroup(tmp_path):
     parents = {c: tmp_path / c / cgroup.FOLDER for c in cgroup.V1}
     for parent in parents.values():
         parent.mkdir(parents=True)
-    group = cgroup.Cgroup(cgroup.Layout(1, parents), "slot-0", 1 << 30, 16, 0.5)
+    group = cgroup.Cgroup(cgroup.Layout(1, parents), "slot-0", 1 << 30, 16, 0.5, tcp_bytes=32 << 20)
     assert (parents["memory"] / "slot-0" / "memory.limit_in_bytes").read_text() == f"{1 << 30}\n"
+    assert (parents["memory"] / "slot-0" / "memory.kmem.tcp.limit_in_bytes").read_text() == f"{32 << 20}\n"
     assert (parents["memory"] / "slot-0" / "memory.memsw.limit_in_bytes").read_text() == f"{1 << 30}\n"
     assert (parents["pids"] / "slot-0" / "pids.max").read_text() == "16\n"
     assert (parents["cpu"] / "slot-0" / "cpu.cfs_quota_us").read_text() == "50000\n"
@@ -46,3 +47,19 @@ def test_leftover_removed_on_create_cgroup(tmp_path):
 def test_reason_without_cgroups_cgroup(tmp_path):
     found = cgroup.layout(str(tmp_path / "nothing-mounted-here"))
     assert isinstance(found, str) and "cgroup" in found
+
+
+def test_tcp_limit_only_where_charged_cgroup(tmp_path):
+    # v1 charges TCP buffers only under memory.kmem.tcp.limit_in_bytes; where the knob is missing
+    # the layout says so (and seccomp refuses inet sockets instead), and nothing is written.
+    parents = {c: tmp_path / c / cgroup.FOLDER for c in cgroup.V1}
+    for parent in parents.values():
+        parent.mkdir(parents=True)
+    mounts = [("cgroup", str(tmp_path / c), {c}) for c in cgroup.V1]
+    own = "".join(f"{n}:{c}:/\n" for n, c in enumerate(cgroup.V1))
+    found = cgroup._v1(mounts, str(tmp_path), own)
+    assert isinstance(found, cgroup.Layout) and not found.tcp
+    (parents["memory"] / "memory.kmem.tcp.limit_in_bytes").write_text("9223372036854771712\n")
+    assert cgroup._v1(mounts, str(tmp_path), own).tcp
+    cgroup.Cgroup(cgroup.Layout(1, parents, tcp=False), "slot-2", 1 << 30, 16, 1.0)
+    assert not (parents["memory"] / "slot-2" / "memory.kmem.tcp.limit_in_bytes").exists()
