@@ -22,6 +22,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from pytest_redline.suites.sandbox.program import SandboxUnavailable
+from pytest_redline.suites.sandbox.slots import SLOT_FOLDER, UID_BASE_SETTING
+
 FOLDER = "redline-sandbox"
 CPU_PERIOD_US = 100_000  # the quota's period: 0.1 s
 V1 = ("memory", "pids", "cpu", "cpuacct")
@@ -41,6 +44,10 @@ class Layout:
         return sorted({parent / name for parent in self.parents.values()})
 
 
+class GroupInUse(SandboxUnavailable):
+    """A program's cgroup already holds live processes of another gate (the message says which)."""
+
+
 class Cgroup:
     """One program's groups, limited; removed by :meth:`remove` once its processes are gone."""
 
@@ -50,8 +57,12 @@ class Cgroup:
         for folder in layout.folders(name):
             if folder.exists():  # left by a gate that was killed mid-run: its processes are gone or dying
                 problem = _remove(folder)
-                if problem:  # live members in a slot this process holds: another gate with another $TMPDIR
-                    raise RuntimeError(f"sandbox: a leftover cgroup cannot be removed: {problem}")
+                if problem:  # live members in a slot this process holds: a gate that does not share the locks
+                    raise GroupInUse(
+                        f"sandbox: {problem}: it holds live processes though this gate holds its slot's lock "
+                        f"(in {SLOT_FOLDER}), so another gate on this kernel takes the same slots without sharing "
+                        f"that folder (a container with a /run of its own); give each such container a uid range "
+                        f"of its own with ${UID_BASE_SETTING} (docs/sandbox.md, \"Slots\")")
             folder.mkdir()
         quota = max(int(cpus * CPU_PERIOD_US), 1000)
         if layout.version == 2:

@@ -40,6 +40,8 @@ def _jail(python: str) -> _Jail:
             try:
                 with _slot() as uid:
                     probe = _execute(Program("", ""), jail.launcher(uid), python)
+            except SandboxUnavailable:
+                raise  # names its own cause (another gate's cgroup): opting out would not help
             except RuntimeError as error:
                 raise SandboxUnavailable(_unavailable(str(error))) from None
             if not probe.passed:

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import os
 
-from pytest_redline.suites.sandbox import cgroup
+import pytest
+
+from pytest_redline.suites.sandbox import SandboxUnavailable, cgroup, slots
 
 
 def test_limits_written_v2_cgroup(tmp_path):
@@ -63,3 +65,24 @@ def test_tcp_limit_only_where_charged_cgroup(tmp_path):
     assert cgroup._v1(mounts, str(tmp_path), own).tcp
     cgroup.Cgroup(cgroup.Layout(1, parents, tcp=False), "slot-2", 1 << 30, 16, 1.0)
     assert not (parents["memory"] / "slot-2" / "memory.kmem.tcp.limit_in_bytes").exists()
+
+
+def test_named_cause_live_leftover_cgroup(tmp_path):
+    # A group that cannot be removed though this gate holds its slot belongs to another gate that
+    # does not share the slot locks: the refusal says so, and does not suggest the weaker sandbox.
+    layout = cgroup.Layout(2, {"unified": tmp_path})
+    (tmp_path / "uid-61001").mkdir()
+    (tmp_path / "uid-61001" / "cgroup.procs").write_text("4242\n")  # rmdir fails: not empty
+    with pytest.raises(SandboxUnavailable, match=r"another gate on this kernel .* \$REDLINE_SANDBOX_UID_BASE") as error:
+        cgroup.Cgroup(layout, "uid-61001", 1 << 20, 4, 1.0)
+    assert "process sandbox" not in str(error.value) and "sandbox: process" not in str(error.value)
+
+
+def test_uid_base_setting_slots(monkeypatch):
+    assert slots.uid_base() == slots.SLOT_UID_BASE and slots.slot_name(61003) == "uid-61003"
+    monkeypatch.setenv(slots.UID_BASE_SETTING, "70000")
+    assert slots.uid_base() == 70000
+    for bad in ("-5", "lots", "999"):
+        monkeypatch.setenv(slots.UID_BASE_SETTING, bad)
+        with pytest.raises(ValueError, match=r"\$REDLINE_SANDBOX_UID_BASE: expected a uid from 1000"):
+            slots.uid_base()

@@ -122,7 +122,7 @@ def test_memfd_refused_without_cgroups_sandbox(monkeypatch):
 @with_cgroups
 def test_removed_leftover_cgroups_sandbox(monkeypatch):
     # A gate killed mid-run leaves its groups behind; the next start removes those no run holds.
-    name = f"slot-{slots.SLOTS - 1}"
+    name = slots.slot_name(slots.uid_base() + slots.SLOTS - 1)
     for folder in LAYOUT.folders(name):
         folder.mkdir(exist_ok=True)
     monkeypatch.setattr(jail, "_jails", {})
