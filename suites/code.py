@@ -170,14 +170,14 @@ class _Executed:
     def score_many(self, prompts: Sequence[Prompt], texts: Sequence[str], workers: int | None = None) -> list[bool]:
         """``score`` for many outcomes at once, run in parallel (default: the usable CPU count).
         Only each verdict is kept as the programs finish, never their output."""
-        return self._run(prompts, texts, workers, lambda result: result.passed)
+        return self._run(prompts, texts, workers, lambda result: result is not None and result.passed)
 
     def score(self, prompt: Prompt, text: str) -> bool:
         return self.score_many([prompt], [text], workers=1)[0]
 
     def _run(self, prompts: Sequence[Prompt], texts: Sequence[str], workers: int | None,
-             keep: Callable[[Result], Any]) -> list[Any]:
-        """``keep(result)`` for each completion (None where no program could be built)."""
+             keep: Callable[[Result | None], Any]) -> list[Any]:
+        """``keep(result)`` for each completion (``keep(None)`` where no program could be built)."""
         if len(prompts) != len(texts):
             raise ValueError(f"suite {self.name!r}: {len(prompts)} prompts but {len(texts)} texts")
         programs: list[Program | Result | None] = []
@@ -192,7 +192,7 @@ class _Executed:
                 programs.append(None)
         kept = iter(run_many([p for p in programs if isinstance(p, Program)], workers or self.workers, self.python,
                              self.sandbox, keep=keep))
-        return [next(kept) if isinstance(p, Program) else None if p is None else keep(p) for p in programs]
+        return [next(kept) if isinstance(p, Program) else keep(p) for p in programs]
 
 
 def _limits(suite: str, timeout: Any) -> Limits:
