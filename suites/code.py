@@ -18,9 +18,12 @@ Formats (plain ``text``; chat ``messages`` for models with a chat template):
 
 How a program is assembled from a completion:
 
+- A completion over ``MAX_COMPLETION_CHARS`` (1 Mi characters) is wrong, unrun (the scorer's
+  memory stays bounded whatever an endpoint or a recorded log holds).
 - The code is every fenced block, in order (```` ``` ```` or ``~~~`` fences, tagged ``python``,
   ``py``, ``python3`` or untagged, indented or not, e.g. inside a list; an unclosed fence runs to
-  the end), else the whole text. The scan is one pass over the lines (linear in the length).
+  the end), else the whole text. The scan is one lazy pass over the fence lines (linear in the
+  length, nothing kept per line).
   MBPP text is cut at ``[DONE]`` and ``[BEGIN]`` is dropped first.
 - HumanEval: a top-level ``print(`` or ``if __name__`` line ends the code only when no
   top-level ``def`` or ``class`` follows it (a helper after a debugging print is kept). If the
@@ -33,11 +36,12 @@ How a program is assembled from a completion:
   these rules apply to what reached the scorer. The tests are the data set's ``test`` and
   ``check(<entry_point>)``.
 - MBPP: the program is the block that defines a function (else the first block, else the
-  text); the tests are ``test_setup_code`` (``test_imports`` in the sanitized file) and the
+  text), without a closing top-level ``if __name__`` block (one no ``def`` or ``class`` follows:
+  the program's own run, which may read ``input()``, run ``unittest.main()`` or exit); the tests are ``test_setup_code`` (``test_imports`` in the sanitized file) and the
   asserts of ``test_list``.
 
 Code and tests are compiled separately and run in that order as ``__main__``, so an
-``if __name__ == "__main__":`` block in a completion runs, and one that exits makes it fail.
+``if __name__ == "__main__":`` block the rules above keep runs, and one that exits makes it fail.
 """
 from __future__ import annotations
 

@@ -215,7 +215,13 @@ def _v1(mounts: list[tuple[str, str, set[str]]], root: str, own_groups: str | No
                 return f"cgroup v1: {parent} is not writable"
     except OSError as error:
         return f"cgroup v1: {error.strerror} ({error.filename})"
-    return Layout(1, parents, tcp=(parents["memory"] / "memory.kmem.tcp.limit_in_bytes").exists())
+    tcp = parents["memory"] / "memory.kmem.tcp.limit_in_bytes"
+    if tcp.exists():
+        # Unlimited here, so TCP accounting stays switched on between programs: each program's
+        # group switching it on from nothing would patch the kernel's text (a static key) every run.
+        with contextlib.suppress(OSError):
+            tcp.write_text("-1\n")
+    return Layout(1, parents, tcp=tcp.exists())
 
 
 def _kernel_command_line() -> str:

@@ -178,7 +178,7 @@ def _text(output: bytes, chars: int) -> str:
     text = output.decode("utf-8", errors="replace")
     if len(text) <= chars:
         return text
-    return f"[{len(text) - chars} earlier characters of output dropped]\n" + text[-chars:]
+    return f"[earlier output dropped: the last {chars} characters are kept]\n" + text[-chars:]
 
 
 def _unread(fd: int) -> bool:
@@ -205,9 +205,10 @@ def _collect(child: subprocess.Popen, sentinel_fd: int, limits: Limits, start: f
     selector.register(sentinel_fd, selectors.EVENT_READ)
 
     def output() -> bytes:
-        kept = bytes(tail[-limits.output_bytes:])
-        skipped = dropped + len(tail) - len(kept)
-        return (f"[{skipped} earlier bytes of output dropped]\n".encode() if skipped else b"") + kept
+        with memoryview(tail) as view:  # one copy of the kept end, not two
+            kept = view[-limits.output_bytes:]
+            skipped = dropped + len(tail) - len(kept)
+            return (f"[{skipped} earlier bytes of output dropped]\n".encode() if skipped else b"") + kept
 
     timeout, spent = f"timed out after {limits.wall:.1f} s", _Clock(start, limits, launcher)
     try:
@@ -222,7 +223,7 @@ def _collect(child: subprocess.Popen, sentinel_fd: int, limits: Limits, start: f
                     if len(sentinel) > cap:  # a flood: the program fails now, and nothing more is read
                         return output(), b"", "wrote more than the token to the result pipe"
                 else:
-                    data = os.read(key.fd, 65536)
+                    data = os.read(key.fd, 1 << 20)
                     tail += data
                     if len(tail) > 2 * limits.output_bytes:
                         dropped += len(tail) - limits.output_bytes
