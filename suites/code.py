@@ -45,6 +45,7 @@ Code and tests are compiled separately and run in that order as ``__main__``, so
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 import warnings
 from typing import Any, Callable, Sequence
@@ -72,6 +73,7 @@ _FENCE_LINE = re.compile(r"^([ \t]*(?:(?:[-*+]|\d{1,9}[.)])[ \t]+)?)(`{3,}|~{3,}
 # A completion longer than this is wrong, unrun: real ones are far below it (the longest HumanEval and MBPP
 # reference solutions are under 2,000 characters), and engines' and recorded logs' completions have no token limit.
 MAX_COMPLETION_CHARS = 1 << 20
+VERDICT_OUTPUT_BYTES = 4096  # of each program's output, what score_many holds while it runs (only its verdict is kept)
 _SUITE_ARGS = ("path", "seed", "count", "ids", "timeout", "workers", "python", "sandbox")
 
 
@@ -173,15 +175,18 @@ class _Executed:
 
     def score_many(self, prompts: Sequence[Prompt], texts: Sequence[str], workers: int | None = None) -> list[bool]:
         """``score`` for many outcomes at once, run in parallel (default: the usable CPU count).
-        Only each verdict is kept as the programs finish, never their output."""
-        return self._run(prompts, texts, workers, lambda result: result is not None and result.passed)
+        Only each verdict is kept as the programs finish: their output is drained but, past its
+        last VERDICT_OUTPUT_BYTES, never held (the verdict does not depend on it)."""
+        return self._run(prompts, texts, workers, lambda result: result is not None and result.passed,
+                         output_bytes=VERDICT_OUTPUT_BYTES)
 
     def score(self, prompt: Prompt, text: str) -> bool:
         return self.score_many([prompt], [text], workers=1)[0]
 
     def _run(self, prompts: Sequence[Prompt], texts: Sequence[str], workers: int | None,
-             keep: Callable[[Result | None], Any]) -> list[Any]:
-        """``keep(result)`` for each completion (``keep(None)`` where no program could be built)."""
+             keep: Callable[[Result | None], Any], output_bytes: int | None = None) -> list[Any]:
+        """``keep(result)`` for each completion (``keep(None)`` where no program could be built);
+        ``output_bytes``: how much of each output to keep, if not the suite's limits'."""
         if len(prompts) != len(texts):
             raise ValueError(f"suite {self.name!r}: {len(prompts)} prompts but {len(texts)} texts")
         programs: list[Program | Result | None] = []
@@ -191,7 +196,11 @@ class _Executed:
                                        f"{MAX_COMPLETION_CHARS}-character cap, is wrong unrun", "", 0.0))
                 continue
             try:
-                programs.append(self.program(prompt, text))
+                program = self.program(prompt, text)
+                if output_bytes is not None:
+                    limits = dataclasses.replace(program.limits, output_bytes=output_bytes, output_chars=output_bytes)
+                    program = dataclasses.replace(program, limits=limits)
+                programs.append(program)
             except Exception:  # malformed output (not even a string) is wrong, never an error
                 programs.append(None)
         kept = iter(run_many([p for p in programs if isinstance(p, Program)], workers or self.workers, self.python,

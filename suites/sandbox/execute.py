@@ -17,7 +17,9 @@ from pytest_redline.suites.sandbox.program import Limits, Program, Result, clean
 from pytest_redline.suites.sandbox.slots import _probe
 
 # Runs inside the child as the unprivileged user, before any user code: set the limits, take the
-# token off its pipe, compile both parts, then run them through references taken here. argv: token
+# token off its pipe, compile both parts, then run them through references taken here; only its own
+# process (its pid, recorded before user code) runs the tests and writes the token, and the tests'
+# namespace and builtins hold only keys of type exactly str when the tests start. argv: token
 # fd, result fd, program and tests source fds, the cgroups' cgroup.procs fds (comma-separated, maybe
 # none: writing 0 moves the writer), then the rlimits (soft values); none is secret. The interpreter starts
 # with -S (site's .pth files cost 4x the start-up and would run code from site-packages); SITE, filled
@@ -223,7 +225,7 @@ def _collect(child: subprocess.Popen, sentinel_fd: int, limits: Limits, start: f
                     if len(sentinel) > cap:  # a flood: the program fails now, and nothing more is read
                         return output(), b"", "wrote more than the token to the result pipe"
                 else:
-                    data = os.read(key.fd, 1 << 20)
+                    data = os.read(key.fd, 65536)  # small reads: no MiB-sized buffer per read
                     tail += data
                     if len(tail) > 2 * limits.output_bytes:
                         dropped += len(tail) - limits.output_bytes

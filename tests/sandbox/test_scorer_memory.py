@@ -11,7 +11,7 @@ import pytest
 
 from pytest_redline.suites.code import MAX_COMPLETION_CHARS
 
-pytestmark = pytest.mark.slow  # bubblewrap jails; the 974 programs take about 40 s of 2 loaded CPUs
+pytestmark = pytest.mark.slow  # bubblewrap jails; the 974 programs take about 40 s on 2 CPUs at load 12 to 15
 
 BOUND_KIB = 64 << 10  # 64 MiB above the baseline
 
@@ -42,7 +42,7 @@ else:
     suite = MBPP(split="all")
     prompts = suite.prompts()
     texts = [p.meta["code"] + "\nprint('\U0001F600' * (1 << 18), flush=True)\n" for p in prompts]  # 1 MiB each
-    grown, verdicts = above_baseline(lambda: suite.score_many(prompts, texts, workers=2))
+    grown, verdicts = above_baseline(lambda: suite.score_many(prompts, texts, workers=4))
     print(len(texts), grown, sum(verdicts))
 """
 
