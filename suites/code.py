@@ -37,8 +37,9 @@ How a program is assembled from a completion:
   ``check(<entry_point>)``.
 - MBPP: the program is the block that defines a function (else the first block, else the
   text), without a closing top-level ``if __name__`` block (one no ``def`` or ``class`` follows:
-  the program's own run, which may read ``input()``, run ``unittest.main()`` or exit); the tests are ``test_setup_code`` (``test_imports`` in the sanitized file) and the
-  asserts of ``test_list``.
+  the program's own run, which may read ``input()``, run ``unittest.main()`` or exit); the tests
+  are ``test_setup_code`` (``test_imports`` in the sanitized file) and the asserts of
+  ``test_list``.
 
 Code and tests are compiled separately and run in that order as ``__main__``, so an
 ``if __name__ == "__main__":`` block the rules above keep runs, and one that exits makes it fail.

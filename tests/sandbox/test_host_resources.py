@@ -87,3 +87,21 @@ def test_no_ptys_sandbox():
     result = run(Program(PTYS, "pass\n", Limits(cpu_seconds=5, open_files=2048)))
     assert result.passed, result
     assert "ptys 0" in result.output and "refused" in result.output, result.output
+
+
+def test_inet_refused_where_tcp_uncharged_sandbox(monkeypatch):
+    # Where no cgroup charges TCP buffers (v1 without the knob, v2 booted with nosocket), the
+    # seccomp filter refuses inet sockets; Unix sockets still work. Shown here by a layout that
+    # says so (this host has the knob).
+    from dataclasses import replace
+
+    from pytest_redline.suites.sandbox import jail
+
+    if not isinstance(LAYOUT, cgroup.Layout):
+        pytest.skip(f"no cgroup per program here: {LAYOUT} (inet sockets are refused anyway)")
+    monkeypatch.setattr(jail, "_cgroups", lambda: replace(LAYOUT, tcp=False))
+    monkeypatch.setattr(jail, "_jails", {})
+    result = run(Program(TCP_HOG, "pass\n", Limits(cpu_seconds=5, open_files=512)))
+    assert result.passed and "refused: [Errno 1]" in result.output and queued_mib(result.output) == 0, result.output
+    pair = "import socket\nleft, right = socket.socketpair()\nleft.sendall(b'hi')\ngot = right.recv(2)\n"
+    assert run(Program(pair, "assert got == b'hi'\n")).passed
