@@ -1,6 +1,7 @@
 """A control group per program (docs/sandbox.md): one memory limit for everything the program's
-processes hold (heap, memfd files, tmpfs pages, page cache, shared memory, pipe buffers), one
-pids limit for its processes and threads, one CPU quota, and its CPU time over all its
+processes hold (heap, memfd files, tmpfs pages, page cache, shared memory, pipe buffers; on v2
+socket buffers too), on v1 a limit of its own for TCP buffers (``memory.kmem.tcp.limit_in_bytes``,
+where the kernel has it: v1 charges them only once it is written), one pids limit for its processes and threads, one CPU quota, and its CPU time over all its
 processes, on cgroup v2 (``memory.max``, ``pids.max``, ``cpu.max``) or v1 (the ``memory``,
 ``pids``, ``cpu`` and ``cpuacct`` hierarchies).
 
