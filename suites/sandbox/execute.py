@@ -33,6 +33,15 @@ sys.path.extend(paths)
 builtins.quit, builtins.exit = (_sitebuiltins.Quitter(name, "Ctrl-D (i.e. EOF)") for name in ("quit", "exit"))
 builtins.help = _sitebuiltins._Helper()
 
+def undumpable():  # prctl(PR_SET_DUMPABLE, 0) through _ctypes (ctypes itself costs 4 ms a start)
+    import _ctypes
+    class Int(_ctypes._SimpleCData):
+        _type_ = "i"
+    class Function(_ctypes.CFuncPtr):
+        _flags_ = _ctypes.FUNCFLAG_CDECL
+        _restype_ = Int
+    return Function(_ctypes.dlsym(_ctypes.dlopen(None), "prctl"))(4, 0, 0, 0, 0) == 0
+
 class Source:  # __main__.__loader__: linecache, so inspect.getsource, finds the program's lines through it
     def __init__(self, text):
         self.text = text
@@ -64,6 +73,9 @@ def sandboxed(argv, exec=exec, compile=compile, open=open, read=posix.read, writ
         (resource.RLIMIT_CORE, 0, 0),
     ):
         setrlimit(which, (soft, hard))
+    # Not dumpable: /proc/self/mem (and every /proc/<pid>/mem of this process) is root's alone, so
+    # the token cannot be read back through it; forked children inherit it, exec'd programs do not.
+    undumpable()
     main = type(sys)("__main__")
     main.__loader__ = Source(source)
     sys.modules["__main__"] = main

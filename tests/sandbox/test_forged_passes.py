@@ -1,7 +1,8 @@
 """Forged passes that only the verdict's rules can stop (docs/sandbox.md, "The verdict"): a fork
-oracle, a fork hedge and a key that collides with a name the tests define. Each program below is
-wrong, and each passed before only the bootstrap's own process could write the token and the
-tests' namespace held only ``str`` keys."""
+oracle, a fork hedge, a key that collides with a name the tests define, and the token read back
+through ``/proc/self/mem``. Each program below is wrong, and each passed before only the
+bootstrap's own process could write the token, the tests' namespace held only ``str`` keys and
+the bootstrap's process was not dumpable."""
 from __future__ import annotations
 
 import pytest
@@ -141,3 +142,39 @@ def test_fail_child_forked_in_tests_verdict():
             "    os._exit(0)\n")
     result = run(Program(code, CHECK, LIMITS))
     assert not result.passed, result
+
+
+# Reads every writable mapping of its own memory through /proc/self/mem (no ctypes, no frames),
+# takes the one token-shaped string there and writes it to every pipe it holds, then exits 0.
+OWN_MEMORY = r"""
+import os, re
+found = set()
+with open("/proc/self/maps") as maps, open("/proc/self/mem", "rb", buffering=0) as mem:
+    for line in maps:
+        span, perms = line.split()[:2]
+        if perms.startswith("rw"):
+            start, end = (int(x, 16) for x in span.split("-"))
+            try:
+                mem.seek(start)
+                found.update(re.findall(rb"(?<![0-9a-f])[0-9a-f]{32}(?![0-9a-f])", mem.read(end - start)))
+            except OSError:
+                pass
+if len(found) == 1:
+    for fd in range(3, 64):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}").startswith("pipe:"):
+                os.write(fd, min(found))
+        except OSError:
+            pass
+    os._exit(0)
+def is_prime(n):
+    return False
+"""
+
+
+def test_fail_own_memory_token_verdict():
+    # Passed before: the token, a bytes object of the bootstrap, was the one token-shaped string in
+    # the process's memory. The bootstrap's process is not dumpable now: /proc/self/mem is root's.
+    result = run(Program(OWN_MEMORY, CHECK, LIMITS))
+    assert not result.passed, result
+    assert "PermissionError" in result.output and "/proc/self/mem" in result.output, result.output[-500:]
