@@ -7,6 +7,7 @@ import functools
 import json
 import math
 import os
+import resource
 import secrets
 import selectors
 import subprocess
@@ -27,20 +28,31 @@ from pytest_redline.suites.sandbox.slots import _probe
 # once per interpreter. Neither site nor os is imported (os alone is about 3 ms of CPU a program), so the
 # interactive texts copyright, credits and license (each imports os) are not defined.
 _BOOTSTRAP = r"""
-import builtins, posix, resource, sys, _sitebuiltins
+import builtins, posix, sys, _ctypes, _sitebuiltins
 sys.prefix, sys.exec_prefix, paths = SITE
 sys.path.extend(paths)
 builtins.quit, builtins.exit = (_sitebuiltins.Quitter(name, "Ctrl-D (i.e. EOF)") for name in ("quit", "exit"))
 builtins.help = _sitebuiltins._Helper()
 
-def undumpable():  # prctl(PR_SET_DUMPABLE, 0) through _ctypes (ctypes itself costs 4 ms a start)
-    import _ctypes
-    class Int(_ctypes._SimpleCData):
-        _type_ = "i"
-    class Function(_ctypes.CFuncPtr):
-        _flags_ = _ctypes.FUNCFLAG_CDECL
-        _restype_ = Int
-    return Function(_ctypes.dlsym(_ctypes.dlopen(None), "prctl"))(4, 0, 0, 0, 0) == 0
+# libc through _ctypes (ctypes itself costs 4 ms a start; resource, 0.5 ms, is not needed then)
+class Int(_ctypes._SimpleCData):
+    _type_ = "i"
+
+class Long(_ctypes._SimpleCData):
+    _type_ = "L"
+
+class Function(_ctypes.CFuncPtr):
+    _flags_ = _ctypes.FUNCFLAG_CDECL | _ctypes.FUNCFLAG_USE_ERRNO
+    _restype_ = Int
+
+def libc(name, *args, functions={}, handle=_ctypes.dlopen(None)):  # a call that returns 0 on success
+    if name not in functions:
+        functions[name] = Function(_ctypes.dlsym(handle, name))
+    if functions[name](*args) != 0:
+        raise OSError(_ctypes.get_errno(), name)
+
+def setrlimit(which, soft, hard, width=_ctypes.sizeof(Long), order=sys.byteorder):
+    libc("setrlimit", which, soft.to_bytes(width, order) + hard.to_bytes(width, order))  # struct rlimit
 
 class Source:  # __main__.__loader__: linecache, so inspect.getsource, finds the program's lines through it
     def __init__(self, text):
@@ -50,7 +62,7 @@ class Source:  # __main__.__loader__: linecache, so inspect.getsource, finds the
         return self.text
 
 def sandboxed(argv, exec=exec, compile=compile, open=open, read=posix.read, write=posix.write, close=posix.close,
-              exit=posix._exit, getpid=posix.getpid, setrlimit=resource.setrlimit, streams=(sys.stdout, sys.stderr),
+              exit=posix._exit, getpid=posix.getpid, setrlimit=setrlimit, libc=libc, streams=(sys.stdout, sys.stderr),
               type=type, str=str, list=list, namespaces_of=(builtins.__dict__,)):
     token_fd, result_fd, code_fd, tests_fd = map(int, argv[:4])
     cpu, memory, processes, file_bytes, open_files = map(int, argv[5:])
@@ -64,18 +76,19 @@ def sandboxed(argv, exec=exec, compile=compile, open=open, read=posix.read, writ
     program = compile(source, "program.py", "exec")
     with open(tests_fd, encoding="utf-8") as f:
         tests = compile(f.read(), "<tests>", "exec")  # <...>: no line of it is looked up anywhere
+    rlimit_cpu, rlimit_as, rlimit_nproc, rlimit_fsize, rlimit_nofile, rlimit_core = RLIMITS
     for which, soft, hard in (
-        (resource.RLIMIT_CPU, cpu, cpu + 1),
-        (resource.RLIMIT_AS, memory, memory),
-        (resource.RLIMIT_NPROC, processes, processes),
-        (resource.RLIMIT_FSIZE, file_bytes, file_bytes),
-        (resource.RLIMIT_NOFILE, open_files, open_files),
-        (resource.RLIMIT_CORE, 0, 0),
+        (rlimit_cpu, cpu, cpu + 1),
+        (rlimit_as, memory, memory),
+        (rlimit_nproc, processes, processes),
+        (rlimit_fsize, file_bytes, file_bytes),
+        (rlimit_nofile, open_files, open_files),
+        (rlimit_core, 0, 0),
     ):
-        setrlimit(which, (soft, hard))
-    # Not dumpable: /proc/self/mem (and every /proc/<pid>/mem of this process) is root's alone, so
-    # the token cannot be read back through it; forked children inherit it, exec'd programs do not.
-    undumpable()
+        setrlimit(which, soft, hard)
+    # Not dumpable (prctl PR_SET_DUMPABLE, 0): /proc/self/mem (every /proc/<pid>/mem of this process)
+    # is root's alone, so the token cannot be read back through it; forked children inherit it.
+    libc("prctl", 4, 0, 0, 0, 0)
     main = type(sys)("__main__")
     main.__loader__ = Source(source)
     sys.modules["__main__"] = main
@@ -177,7 +190,9 @@ print(json.dumps([sys.prefix, sys.exec_prefix, list(dict.fromkeys(site.getsitepa
 def _bootstrap(python: str) -> str:
     """The bootstrap for ``python``, with what site would set (probed once per interpreter)."""
     prefix, exec_prefix, paths = json.loads(_probe(python, _SITE))
-    return _BOOTSTRAP.replace("SITE", repr((prefix, exec_prefix, paths)), 1)
+    rlimits = (resource.RLIMIT_CPU, resource.RLIMIT_AS, resource.RLIMIT_NPROC, resource.RLIMIT_FSIZE,
+               resource.RLIMIT_NOFILE, resource.RLIMIT_CORE)  # this machine's numbers, as the program's
+    return _BOOTSTRAP.replace("SITE", repr((prefix, exec_prefix, paths)), 1).replace("RLIMITS", repr(rlimits), 1)
 
 
 def _tokens(sentinel: bytes, token: bytes) -> bool:
