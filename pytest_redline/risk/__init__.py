@@ -40,6 +40,7 @@ from pytest_redline.risk.certification import (
     certify,
     certify_counts,
     gains,
+    reaches,
     select_deployed,
     sweep,
 )
@@ -81,6 +82,7 @@ __all__ = [
     "exceeds_budget",
     "family_mask",
     "gains",
+    "reaches",
     "holm",
     "holm_adjusted",
     "reject_rows",
