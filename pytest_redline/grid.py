@@ -26,7 +26,7 @@ from pytest_redline.checks import in_open_unit
 KEYS = (
     "name", "suite", "suite_args", "engine", "engine_args", "cost", "direction",
     "reference", "configs", "deploy", "delta", "batch_size", "timeout", "engine_stops",
-    "min_gain",
+    "min_gain", "alpha", "required",
 )
 CONFIG_ENGINE_KEYS = ("engine", "engine_args")
 PATH_KEYS = frozenset({"model", "outcomes", "path", "data", "draft", "target", "trace"})
@@ -76,6 +76,8 @@ class Grid:
     # select mode: the least gain over the reference a deployed candidate must have, in the
     # report's gain unit (percent; a reduction factor for lower-is-better costs); None: any gain
     min_gain: float | None = None
+    alpha: float | None = None  # this grid's budget; None: --redline-alpha's
+    advisory: bool = False  # `required: false`: gated and reported, but nothing in it fails the session
 
     @property
     def lower_is_better(self) -> bool:
@@ -161,11 +163,13 @@ class _Reader:
             reference=reference,
             configs=configs,
             deploy=self.optional_str("deploy"),
-            delta=self.delta(),
+            delta=self.probability("delta"),
             batch_size=self.batch_size(),
             timeout=self.timeout(),
             engine_stops=self.flag("engine_stops", True),
             min_gain=self.min_gain(cost),
+            alpha=self.probability("alpha"),
+            advisory=not self.flag("required", True),
         )
         if configs is not None:
             grid.check_names(tuple(c.name for c in configs))
@@ -208,12 +212,12 @@ class _Reader:
             raise self.fail("direction", f"cost {cost!r} is {builtin}-is-better, got {given!r}")
         return given
 
-    def delta(self) -> float | None:
-        value = self.data.get("delta")
+    def probability(self, key: str) -> float | None:
+        value = self.data.get(key)
         if value is None:
             return None
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not in_open_unit(value):
-            raise self.fail("delta", f"expected a number in (0, 1), got {_show(value)}")
+            raise self.fail(key, f"expected a number in (0, 1), got {_show(value)}")
         return float(value)
 
     def min_gain(self, cost: str) -> float | None:
