@@ -18,8 +18,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping
 
-from pytest_redline import registry, runs
-from pytest_redline.contracts import ConfigError, EngineFactory, Prompt, Suite, reads_every_outcome
+from pytest_redline import contracts, registry, runs
+from pytest_redline.contracts import ConfigError, EngineFactory, Prompt, Suite
 from pytest_redline.enginebook import EngineBook
 from pytest_redline.grid import FASTEST, Grid
 
@@ -124,7 +124,7 @@ def prepare(grid: Grid, label: str, level: Level, engines: EngineBook) -> Calibr
     _check_prompts(grid, prompts)
     deploy = _deploy(grid, configs, level.deploy_override)
     delta = level.delta if level.delta is not None else (grid.delta if grid.delta is not None else 0.10)
-    read_all = all(reads_every_outcome(c) for c in classes.values())
+    read_all = all(contracts.reads_every_outcome(c) for c in classes.values())
     cal = Calibration(
         grid=grid, label=label, configs=configs, params=params, engines=engine_of, suite=suite,
         prompts=prompts, alpha=grid.alpha if grid.alpha is not None else level.alpha, delta=delta,

@@ -25,8 +25,9 @@ from pytest_redline.checks import in_open_unit
 
 KEYS = (
     "name", "suite", "suite_args", "engine", "engine_args", "cost", "direction",
+    "alpha", "required",
     "reference", "configs", "deploy", "delta", "batch_size", "timeout", "engine_stops",
-    "min_gain", "alpha", "required",
+    "min_gain",
 )
 CONFIG_ENGINE_KEYS = ("engine", "engine_args")
 PATH_KEYS = frozenset({"model", "outcomes", "path", "data", "draft", "target", "trace"})
@@ -73,11 +74,11 @@ class Grid:
     batch_size: int
     timeout: float | None
     engine_stops: bool = True  # engines stop at the suite's stop strings (the scorer cuts there anyway)
+    alpha: float | None = None  # this grid's budget; None: --redline-alpha's
+    advisory: bool = False  # `required: false`: gated and reported, but nothing in it fails the session
     # select mode: the least gain over the reference a deployed candidate must have, in the
     # report's gain unit (percent; a reduction factor for lower-is-better costs); None: any gain
     min_gain: float | None = None
-    alpha: float | None = None  # this grid's budget; None: --redline-alpha's
-    advisory: bool = False  # `required: false`: gated and reported, but nothing in it fails the session
 
     @property
     def lower_is_better(self) -> bool:
@@ -166,10 +167,10 @@ class _Reader:
             delta=self.probability("delta"),
             batch_size=self.batch_size(),
             timeout=self.timeout(),
-            engine_stops=self.flag("engine_stops", True),
-            min_gain=self.min_gain(cost),
             alpha=self.probability("alpha"),
             advisory=not self.flag("required", True),
+            engine_stops=self.flag("engine_stops", True),
+            min_gain=self.min_gain(cost),
         )
         if configs is not None:
             grid.check_names(tuple(c.name for c in configs))

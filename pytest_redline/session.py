@@ -217,12 +217,12 @@ class Gate:
     def summary(self, terminal: pytest.TerminalReporter) -> None:
         if not self.verdicts:
             return
-        from pytest_redline.report.sentences import session_line
+        from pytest_redline.report.sentences import session_line, title
         from pytest_redline.report.terminal import grid_lines
 
         verbosity = terminal.config.get_verbosity()
         for v in self.verdicts:
-            terminal.write_sep("=", f"redline: {v.cal.grid.name} ({v.cal.label})", bold=True)
+            terminal.write_sep("=", f"redline: {title(v)}", bold=True)
             for line in grid_lines(v, verbosity):
                 terminal.write_line(line)
         for note in self.file_notes:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Sequence
 
+from pytest_redline.calibration import GRID_FILE
 from pytest_redline.ledger import REASONS
 from pytest_redline.report import text
 from pytest_redline.verdict import GridVerdict
@@ -27,14 +28,17 @@ def header(v: GridVerdict) -> str:
     deploy = {"select": f"select the best-cost valid config: {best_cost(cal.grid.cost, cal.grid.direction)}",
               "all": "every candidate must be valid"}.get(cal.mode, f"gate: {cal.deploy} must be valid")
     return (
-        f"{alpha_text(cal)} {delta} {cal.correction}, n={cal.n} prompts, m={cal.m} configs, "
+        f"alpha={cal.alpha:g} {delta} {cal.correction}, n={cal.n} prompts, m={cal.m} configs, "
         f"cost {cal.grid.cost} ({cal.grid.direction} is better); mode {cal.mode} ({deploy})"
-    ) + (f"; {ADVISORY}" if cal.advisory else "")
+    )
 
 
-def alpha_text(cal) -> str:
-    """The grid's budget and where it came from: ``alpha=0.05 (grid file)``."""
-    return f"alpha={cal.alpha:g} ({cal.alpha_source})"
+def title(v: GridVerdict) -> str:
+    """The grid's title: its name and file, its budget and where it came from, and whether it is
+    advisory: ``code (code.yaml): alpha=0.05 from the grid file; advisory (...)``."""
+    cal = v.cal
+    source = "the grid file" if cal.alpha_source == GRID_FILE else cal.alpha_source
+    return f"{cal.grid.name} ({cal.label}): alpha={cal.alpha:g} from {source}" + (f"; {ADVISORY}" if cal.advisory else "")
 
 
 def outcomes_line(v: GridVerdict) -> str:

@@ -122,8 +122,9 @@ def _banner(grids: Sequence[GridSummary]) -> str:
 
 def _grid(g: GridSummary, prompts: str, shown: int) -> str:
     r = g.report
-    parts = [f"### {_inline(r['grid'])} (`{_code(r['grid_file'])}`)" + (" · advisory" if r.get("advisory") else ""),
-             f"**{_inline(g.verdict)}**"]
+    source = "the grid file" if r.get("alpha_source") == "grid file" else r.get("alpha_source")
+    parts = [f"### {_inline(r['grid'])} (`{_code(r['grid_file'])}`) · α = {r['alpha']:g} from {_inline(source)}"
+             + (" · advisory (required: false): fails nothing" if r.get("advisory") else ""), f"**{_inline(g.verdict)}**"]
     if g.header:
         parts.append(_inline(g.header))
     if r["configs"] and "violations" in r["configs"][0]:  # certified (not a partial run, not an error)

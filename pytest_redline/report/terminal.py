@@ -22,8 +22,7 @@ def session_header(labels: Sequence[str], only_grids: bool) -> list[str]:
     return [f"redline: gating {', '.join(labels)}{what}",
             "redline marks: . no regression (or the reference's own item); R regressed: the reference answers "
             "correctly and this config does not; s skipped by the schedule (the reference is wrong there, or the "
-            "config stopped early); E/F no outcome (nothing is certified); x no outcome in an advisory grid (required: "
-            "false: it fails nothing)"]
+            "config stopped early); E/F no outcome (nothing is certified)"]
 
 
 

@@ -63,7 +63,7 @@ def test_select_mode_deploys_fastest_valid_config(project: Project) -> None:
     assert result.parseoutcomes() == {"passed": 164, "regressed": 16}
     result.stdout.fnmatch_lines([
         "*redline: fake-grid (redline.yaml)*",
-        "*alpha=0.1 (--redline-alpha) delta=0.1 holm, n=60 prompts, m=3 configs, cost tpf (higher is better); mode select*",
+        "*alpha=0.1 delta=0.1 holm, n=60 prompts, m=3 configs, cost tpf (higher is better); mode select*",
         "*config*accuracy*V*risk*risk_up*p_value*p_adj*valid*cost*gain*d_acc*note*",
         "R*ref*1.0000*0*valid*",
         " [*]  fast*0.9833*1*valid*2*+100.0%*-1.7*",

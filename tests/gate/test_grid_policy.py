@@ -41,8 +41,10 @@ def test_grid_alpha_wins_over_the_option_and_the_report_says_where_each_came_fro
     result = project.run("--redline-alpha=0.1", "--redline-grid=own.yaml", "--redline-grid=shared.yaml",
                          "--redline-report=report.json")
     assert result.ret == 0
-    result.stdout.fnmatch_lines(["alpha=0.5 (grid file) delta=0.1 (share 0.05*", "*CERTIFIED (own, select): deploy rash*",
-                                 "alpha=0.1 (--redline-alpha) delta=0.1 (share 0.05*",
+    result.stdout.fnmatch_lines(["*= redline: own (own.yaml): alpha=0.5 from the grid file =*",
+                                 "alpha=0.5 delta=0.1 (share 0.05*", "*CERTIFIED (own, select): deploy rash*",
+                                 "*= redline: shared (shared.yaml): alpha=0.1 from --redline-alpha =*",
+                                 "alpha=0.1 delta=0.1 (share 0.05*",
                                  "*CERTIFIED (shared, select): deploy fast*"])
     own, shared = project.report()["grids"]
     assert (own["alpha"], own["alpha_source"], shared["alpha"], shared["alpha_source"]) == (
@@ -60,7 +62,8 @@ def test_advisory_errors_are_xfails_and_fail_nothing(project: Project) -> None:
     assert result.ret == 0, result.stdout.str()
     assert result.parseoutcomes()["xfailed"] == 8  # the batch q0..q7 of `fast`
     result.stdout.fnmatch_lines([
-        "*advisory (required: false): reported, fails nothing",
+        "*= redline: side (advisory.yaml): alpha=0.1 from --redline-alpha; advisory (required: false): reported, "
+        "fails nothing =*",
         "*PARTIAL RUN: 8 of 120 items produced no outcome*", "*errored: 8 (fast::q0, *",
         "ADVISORY NOT CERTIFIED (side): partial run, 8 items missing",
         "*REDLINE CERTIFIED: 1 required grid; advisory, not certified (fails nothing): side*",

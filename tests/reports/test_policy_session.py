@@ -77,13 +77,16 @@ def test_two_budgets_and_an_advisory_failure_in_every_output(project: Project) -
 
 def check_terminal(result) -> None:
     result.stdout.fnmatch_lines([
-        "alpha=0.1 (grid file) delta=0.1 (share 0.03333: split over 3 grids, Bonferroni)*",
+        "*= redline: math (math.yaml): alpha=0.1 from the grid file =*",
+        "alpha=0.1 delta=0.1 (share 0.03333: split over 3 grids, Bonferroni)*",
         "outcomes: replayed (replay): * read from the recorded outcomes, 0 reused from the store, none decoded",
         "CERTIFIED (math, select): deploy acc85/semi70 (+37.5% tpf, -4.0 accuracy points)",
-        "alpha=0.05 (--redline-alpha) delta=0.1 (share 0.03333*",
+        "*= redline: code (code.yaml): alpha=0.05 from --redline-alpha =*",
+        "alpha=0.05 delta=0.1 (share 0.03333*",
         "CERTIFIED (code, select): deploy acc95/semi90 (the reference)",
-        "alpha=0.05 (--redline-alpha) * mode gate (gate: acc85/semi70 must be valid); "
-        "advisory (required: false): reported, fails nothing",
+        "*= redline: code-advisory (advisory.yaml): alpha=0.05 from --redline-alpha; advisory (required: false): "
+        "reported, fails nothing =*",
+        "alpha=0.05 * mode gate (gate: acc85/semi70 must be valid)",
         "ADVISORY NOT CERTIFIED (code-advisory, gate): acc85/semi70 is NOT valid at alpha=0.05; "
         "deploy acc95/semi90 (the reference)",
         "*REDLINE CERTIFIED: 2 required grids; advisory, not certified (fails nothing): code-advisory*",
@@ -114,10 +117,11 @@ def check_review_page(folder: Path) -> None:
 def check_summary(folder: Path) -> None:
     doc = (folder / "summary.md").read_text()
     assert doc.startswith("## ✅ REDLINE CERTIFIED: math, code, code-advisory (advisory, not certified: code-advisory)\n")
-    assert "### code-advisory (`advisory.yaml`) · advisory\n" in doc
+    assert "### code-advisory (`advisory.yaml`) · α = 0.05 from --redline-alpha · advisory (required: false): fails nothing\n" in doc
     assert "**ADVISORY NOT CERTIFIED (code-advisory, gate): acc85/semi70 is NOT valid at alpha=0.05;" in doc
-    headers = re.findall(r"^(alpha=[\d.]+ \([^)]*\)) delta", doc, flags=re.M)
-    assert headers == ["alpha=0.1 (grid file)", "alpha=0.05 (--redline-alpha)", "alpha=0.05 (--redline-alpha)"]
+    headings = re.findall(r"^### (\S+) \(`[^`]*`\) · α = ([\d.]+) from ([^·\n]*?)(?: ·|$)", doc, flags=re.M)
+    assert headings == [("math", "0.1", "the grid file"), ("code", "0.05", "--redline-alpha"),
+                        ("code-advisory", "0.05", "--redline-alpha")]
     assert doc.count("outcomes: replayed (replay): ") == 3
 
 
