@@ -154,6 +154,8 @@ def session_line(verdicts: Sequence[GridVerdict], exitstatus: int = 1) -> tuple[
     aside = f"; advisory, not certified (fails nothing): {', '.join(advisory)}" if advisory else ""
     if not failed:
         required = sum(not v.cal.advisory for v in verdicts)
+        if not required:
+            return f"REDLINE: no required grid ({len(verdicts)} advisory){aside}", True
         which = "required " if required < len(verdicts) else ""
         return f"REDLINE CERTIFIED: {required} {which}grid{'s' * (required != 1)}{aside}", True
     why = "interrupted, " if int(exitstatus) == 2 else ""

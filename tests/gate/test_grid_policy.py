@@ -35,6 +35,7 @@ def test_grid_keys_alpha_and_required() -> None:
         parse("required: 'no'\n")
 
 
+@pytest.mark.slow  # in-process pytester gate run(s): 0.9 s CPU, over the inner loop's budget
 def test_grid_alpha_wins_over_the_option_and_the_report_says_where_each_came_from(project: Project) -> None:
     project.grid(filename="own.yaml", name="own", alpha="0.5")  # at 0.5, rash (V = 15 of 60) is valid
     project.grid(filename="shared.yaml", name="shared")
@@ -51,6 +52,7 @@ def test_grid_alpha_wins_over_the_option_and_the_report_says_where_each_came_fro
         0.5, "grid file", 0.1, "--redline-alpha")
 
 
+@pytest.mark.slow  # in-process pytester gate run(s): 2.0 s CPU, over the inner loop's budget
 def test_advisory_errors_are_xfails_and_fail_nothing(project: Project) -> None:
     """An advisory grid whose engine fails: its items are XFAIL (pytest's summary, JUnit XML
     <skipped type="pytest.xfail">), the grid is a partial run, and the session exits 0."""
@@ -82,6 +84,7 @@ def test_advisory_errors_are_xfails_and_fail_nothing(project: Project) -> None:
     assert {m["reason"] for m in side["missing"]} == {"errored"}
 
 
+@pytest.mark.slow  # in-process pytester gate run(s): 1.4 s CPU, over the inner loop's budget
 def test_a_failing_required_grid_still_fails_beside_an_advisory_one(project: Project) -> None:
     project.grid(filename="required.yaml", name="main", deploy="DROP")  # every candidate: rash is not valid
     project.grid(filename="advisory.yaml", name="side", required="false")
@@ -92,6 +95,7 @@ def test_a_failing_required_grid_still_fails_beside_an_advisory_one(project: Pro
                                  "*REDLINE NOT CERTIFIED: main (exit status 1)*"])
 
 
+@pytest.mark.slow  # in-process pytester gate run(s): 2.2 s CPU, over the inner loop's budget
 def test_advisory_partial_run_and_deploy_override(project: Project) -> None:
     """Deselected items of an advisory grid make it partial, and fail nothing; --redline-deploy
     applies to it as to every grid (the named config must exist there)."""
