@@ -5,8 +5,8 @@ first. An item's ``setup`` gets its outcome (and the reference's) from the decod
 engine or scorer failure is an *error*; an item the schedule skips on purpose is *skipped*
 with the reason (a replayed grid's carries its recorded outcome); in an advisory grid
 (``required: false``) an error is an *xfail*, which pytest shows and never counts as a
-failure. ``runtest`` never fails: a regression (reference right, candidate wrong) passes with its own status, and the
-verdict comes at session end.
+failure. ``runtest`` never fails: a regression (reference right, candidate wrong) passes
+with its own status, and the verdict comes at session end.
 
 Each item keeps an :class:`~pytest_redline.record.ItemRecord` (identity from collection on,
 the outcome once it has one) and publishes it as its ``user_properties``, which the

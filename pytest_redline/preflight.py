@@ -58,8 +58,8 @@ def lines(plans: Iterable[Plan]) -> list[str]:
     plans = list(plans)
     rows = [("grid", "alpha", "n", "m", "level", "step", "power a/2", "power a/4", "n80 a/2", "n80 a/4")]
     for p in plans:
-        rows.append((p.grid, f"{p.alpha:g} ({p.alpha_source})", str(p.n), str(p.m), f"{p.level:g}", f"{p.step:.4g}", *(f"{x:.3f}" for x in p.power),
-                     *(str(x) for x in p.needed)))
+        rows.append((p.grid, f"{p.alpha:g} ({p.alpha_source})", str(p.n), str(p.m), f"{p.level:g}", f"{p.step:.4g}",
+                     *(f"{x:.3f}" for x in p.power), *(str(x) for x in p.needed)))
     alphas = sorted({p.alpha for p in plans})
     out = [f"redline plan: alpha={', '.join(f'{a:g}' for a in alphas)}; no model loaded, nothing decoded"]
     out += text.table(rows)

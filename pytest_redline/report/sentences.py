@@ -47,7 +47,8 @@ def outcomes_line(v: GridVerdict) -> str:
     reused, now = v.record.count("store"), v.record.count("decoded")
     if v.cal.replayed:
         engines = ", ".join(dict.fromkeys(engine for engine, _ in v.cal.engines.values()))
-        return f"outcomes: replayed ({engines}): {now} read from the recorded outcomes, {reused} reused from the store, none decoded"
+        return (f"outcomes: replayed ({engines}): {now} read from the recorded outcomes, {reused} reused from the store, "
+                "none decoded")
     return f"outcomes: {reused} reused from the store, {now} decoded"
 
 
