@@ -121,6 +121,7 @@ class RecordedRuns:
 
     name = ""
     what = "prompts"  # how the log names its units, for messages ("docs", "samples")
+    read_every_outcome = True  # reading a logged outcome costs nothing: no schedule, every V exact (contracts.py)
 
     def __init__(self, **engine_args: Any) -> None:
         self.args = self.parse_args(engine_args)

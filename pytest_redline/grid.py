@@ -27,6 +27,7 @@ from pytest_redline.checks import in_open_unit
 
 KEYS = (
     "name", "suite", "suite_args", "engine", "engine_args", "cost", "direction",
+    "alpha", "required",
     "reference", "configs", "deploy", "delta", "batch_size", "timeout", "engine_stops",
     "min_gain", "max_servers",
 )
@@ -75,6 +76,8 @@ class Grid:
     batch_size: int
     timeout: float | None
     engine_stops: bool = True  # engines stop at the suite's stop strings (the scorer cuts there anyway)
+    alpha: float | None = None  # this grid's budget; None: --redline-alpha's
+    advisory: bool = False  # `required: false`: gated and reported, but nothing in it fails the session
     # select mode: the least gain over the reference a deployed candidate must have, in the
     # report's gain unit (percent; a reduction factor for lower-is-better costs); None: any gain
     min_gain: float | None = None
@@ -169,9 +172,11 @@ class _Reader:
             reference=reference,
             configs=configs,
             deploy=self.optional_str("deploy"),
-            delta=self.delta(),
+            delta=self.probability("delta"),
             batch_size=self.batch_size(),
             timeout=self.timeout(),
+            alpha=self.probability("alpha"),
+            advisory=not self.flag("required", True),
             engine_stops=self.flag("engine_stops", True),
             min_gain=self.min_gain(cost),
             max_servers=self.positive_int("max_servers", 1),
@@ -248,12 +253,12 @@ class _Reader:
             raise self.fail("direction", f"cost {cost!r} is {builtin}-is-better, got {given!r}")
         return given
 
-    def delta(self) -> float | None:
-        value = self.data.get("delta")
+    def probability(self, key: str) -> float | None:
+        value = self.data.get(key)
         if value is None:
             return None
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not in_open_unit(value):
-            raise self.fail("delta", f"expected a number in (0, 1), got {_show(value)}")
+            raise self.fail(key, f"expected a number in (0, 1), got {_show(value)}")
         return float(value)
 
     def min_gain(self, cost: str) -> float | None:

@@ -25,6 +25,8 @@ def grid_report(v: GridVerdict) -> dict[str, Any]:
         "suite": None if cal.suite is None else {"name": cal.grid.suite, "args": dict(cal.grid.suite_args),
                                                  "version": str(getattr(cal.suite, "version", ""))},
         "alpha": cal.alpha,
+        "alpha_source": cal.alpha_source,  # "grid file" (its alpha:) or "--redline-alpha"
+        "advisory": cal.advisory,  # required: false: gated and reported, fails nothing
         "delta": cal.delta,
         "delta_share": cal.delta_share,
         "grids_in_session": cal.grids_in_session,
@@ -149,7 +151,10 @@ def _seconds(v: GridVerdict, name: str) -> float | None:
 def session_report(verdicts: Sequence[GridVerdict]) -> dict[str, Any]:
     """One grid: its object; several: ``{"grids": [...]}``."""
     reports = [grid_report(v) for v in verdicts]
-    return reports[0] if len(reports) == 1 else {"grids": reports, "certified": all(v.certified for v in verdicts)}
+    if len(reports) == 1:
+        return reports[0]
+    return {"grids": reports, "certified": all(v.certified for v in verdicts if not v.cal.advisory),  # what exit 0 needs
+            "advisory_not_certified": [v.cal.grid.name for v in verdicts if v.cal.advisory and not v.certified]}
 
 
 

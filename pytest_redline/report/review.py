@@ -36,12 +36,14 @@ def render(verdicts: Sequence[GridVerdict], provenance: Mapping[str, Any]) -> st
 
     sections = [_grid_section(v, grid_report(v), provenance.get("grids", {}).get(v.cal.label, {}), i)
                 for i, v in enumerate(verdicts)]
-    complete = all(v.complete for v in verdicts)
-    certified = all(v.certified for v in verdicts)
-    banner = "PARTIAL" if not complete else ("CERTIFIED" if certified else "NOT CERTIFIED")
+    required = [v for v in verdicts if not v.cal.advisory]  # an advisory grid fails nothing
+    advisory = [v.cal.grid.name for v in verdicts if v.cal.advisory and not v.certified]
+    banner = ("PARTIAL" if not all(v.complete for v in required) else
+              "CERTIFIED" if all(v.certified for v in required) else "NOT CERTIFIED")
+    aside = f" (advisory, not certified: {', '.join(advisory)})" if advisory else ""
     return _PAGE.format(
         title=html.escape(f"redline: {banner}: " + ", ".join(v.cal.grid.name for v in verdicts)),
-        style=_STYLE, script=_SCRIPT, banner_class=banner.lower().replace(" ", "-"), banner=banner,
+        style=_STYLE, script=_SCRIPT, banner_class=banner.lower().replace(" ", "-"), banner=html.escape(banner + aside),
         sections="\n".join(sections), provenance=_session_provenance(provenance),
     )
 
@@ -66,7 +68,7 @@ def _grid_section(v: GridVerdict, rep: Mapping[str, Any], prov: Mapping[str, Any
 
 
 def _verdict_box(v: GridVerdict, rep: Mapping[str, Any], prov: Mapping[str, Any]) -> str:
-    from pytest_redline.report.sentences import best_cost
+    from pytest_redline.report.sentences import ADVISORY, best_cost, outcomes_line
 
     mode = rep["deploy_mode"]
     trade = _trade(v, rep)
@@ -82,16 +84,19 @@ def _verdict_box(v: GridVerdict, rep: Mapping[str, Any], prov: Mapping[str, Any]
         cls = "certified" if rep["certified"] else "not-certified"
     else:
         head, cls = f"deploy {rep['deployed']}{trade}", "certified" if rep["certified"] else "not-certified"
+    if rep.get("advisory"):
+        head = f"ADVISORY: {head}"
     facts = [
         ("mode", {"gate": "gate (the pull request's config must be certified)", "all": "all (every candidate must be certified)",
                   "select": f"select (the best-cost valid config is deployed: {best_cost(rep['cost'], rep['direction'])})"}.get(mode, mode)),
-        ("alpha", _num(rep["alpha"])), ("delta", _num(rep["delta"]) + (
+        ("alpha", f"{_num(rep['alpha'])} ({rep['alpha_source']})"), ("advisory", ADVISORY if rep.get("advisory") else None),
+        ("delta", _num(rep["delta"]) + (
             f" (this grid's share: {_num(rep['delta_share'])})" if rep.get("delta_share") != rep["delta"] else "")),
         ("n prompts", rep["n"]), ("m configs", rep["m"]), ("correction", rep["correction"]),
         ("reference", rep["reference"]), ("deployed", rep["deployed"]),
         ("best valid", _best_valid(rep)), ("alpha_min", _num(rep.get("alpha_min"))),
         ("cost intervals", _settled(rep)),
-        ("outcomes", f"{rep['outcomes']['reused']} reused from the store, {rep['outcomes']['decoded']} decoded"),
+        ("outcomes", outcomes_line(v).split(": ", 1)[1]),
     ]
     spend = rep.get("spend") or {}
     if spend.get("naive_forwards"):

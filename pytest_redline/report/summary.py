@@ -55,7 +55,8 @@ class GridSummary:
     ``verdict`` and ``header`` the terminal's verdict and header lines, ``notes`` its other
     lines worth a reviewer's eye (a hint, a poor trade, a partial run's missing items);
     ``settle`` per inconclusive config what would settle it; ``prompts`` the prompt texts by
-    id (shown only in a ``full`` summary); ``grid_sha256`` the grid file's hash."""
+    id (shown only in a ``full`` summary); ``grid_sha256`` the grid file's hash; ``outcomes``
+    the terminal's outcomes line."""
 
     report: Mapping[str, Any]
     verdict: str
@@ -64,6 +65,7 @@ class GridSummary:
     settle: Mapping[str, str] = field(default_factory=dict)
     prompts: Mapping[str, str] = field(default_factory=dict)
     grid_sha256: str | None = None
+    outcomes: str = ""  # the terminal's outcomes line (a replayed grid says it replayed)
 
 
 # --------------------------------------------------------------------------- the document
@@ -106,18 +108,23 @@ def _document(grids: Sequence[GridSummary], provenance: Mapping[str, Any], promp
 
 def _banner(grids: Sequence[GridSummary]) -> str:
     reports = [g.report for g in grids]
-    if not all(r["complete"] for r in reports):
+    required = [r for r in reports if not r.get("advisory")]  # an advisory grid fails nothing
+    if not all(r["complete"] for r in required):
         word, mark = "PARTIAL", "⚠️"
-    elif all(r["certified"] for r in reports):
+    elif all(r["certified"] for r in required):
         word, mark = "CERTIFIED", "✅"
     else:
         word, mark = "NOT CERTIFIED", "❌"
-    return f"## {mark} REDLINE {word}: {_inline(', '.join(r['grid'] for r in reports))}"
+    advisory = [r["grid"] for r in reports if r.get("advisory") and not r["certified"]]
+    aside = f" (advisory, not certified: {', '.join(advisory)})" if advisory else ""
+    return f"## {mark} REDLINE {word}: {_inline(', '.join(r['grid'] for r in reports) + aside)}"
 
 
 def _grid(g: GridSummary, prompts: str, shown: int) -> str:
     r = g.report
-    parts = [f"### {_inline(r['grid'])} (`{_code(r['grid_file'])}`)", f"**{_inline(g.verdict)}**"]
+    source = "the grid file" if r.get("alpha_source") == "grid file" else r.get("alpha_source")
+    parts = [f"### {_inline(r['grid'])} (`{_code(r['grid_file'])}`) · α = {r['alpha']:g} from {_inline(source)}"
+             + (" · advisory (required: false): fails nothing" if r.get("advisory") else ""), f"**{_inline(g.verdict)}**"]
     if g.header:
         parts.append(_inline(g.header))
     if r["configs"] and "violations" in r["configs"][0]:  # certified (not a partial run, not an error)
@@ -307,8 +314,8 @@ def _grid_provenance(g: GridSummary) -> str:
         suite = r["suite"]
         items.append(f"suite {_inline(suite['name'])}, scoring version `{_code(suite.get('version') or 'not reported')}`")
     outcomes = r.get("outcomes") or {}
-    items.append(f"outcomes: {outcomes.get('reused', 0)} reused from the store, {outcomes.get('decoded', 0)} decoded; "
-                 f"schedule: {_inline((r.get('schedule') or {}).get('mode', 'full'))}")
+    line = g.outcomes or f"outcomes: {outcomes.get('reused', 0)} reused from the store, {outcomes.get('decoded', 0)} decoded"
+    items.append(f"{_inline(line)}; schedule: {_inline((r.get('schedule') or {}).get('mode', 'full'))}")
     body = "\n".join(f"- {item}" for item in items)
     return f"<details><summary>Provenance of {_html(r['grid'])}</summary>\n\n{body}\n\n</details>"
 
@@ -396,7 +403,7 @@ def grids(verdicts: Sequence[GridVerdict]) -> list[GridSummary]:
                     settle[name] = found.text() + (f" ({BIASED})" if v.estimate_biased(i) else "")
         texts = {p.id: p.text or "\n".join(f"{m.get('role')}: {m.get('content')}" for m in p.messages) for p in v.cal.prompts}
         out.append(GridSummary(grid_report(v), sentences.verdict_line(v), sentences.header(v), tuple(notes), settle,
-                               texts, file_sha256(v.cal.grid.path)))
+                               texts, file_sha256(v.cal.grid.path), sentences.outcomes_line(v)))
     return out
 
 

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from pytest_redline.report import text
 from pytest_redline.report.document import interval_gain
-from pytest_redline.report.sentences import header, hint_line, missing_lines, trade_lines, verdict_line
+from pytest_redline.report.sentences import header, hint_line, missing_lines, outcomes_line, trade_lines, verdict_line
 from pytest_redline.spend import Spend
 from pytest_redline.verdict import PROMPTS_LIMIT, GridVerdict
 
@@ -138,7 +138,7 @@ def schedule_lines(v: GridVerdict) -> list[str]:
     else:
         lines = [f"schedule: {v.how_run}"]
     if v.spend is not None:
-        lines.append(_spend_line(v.spend))
+        lines.append(_spend_line(v.spend, "replayed now" if cal.replayed else "decoded now"))
         if v.spend.config_seconds:
             lines.append(_decode_line(v))
     if v.cal.cost_estimated:
@@ -158,14 +158,14 @@ def _decode_line(v: GridVerdict) -> str:
 
 
 
-def _spend_line(spend: Spend) -> str:
+def _spend_line(spend: Spend, now: str = "decoded now") -> str:
     if spend.forwards is None or spend.naive_forwards is None:
         text = f"spend: {spend.items_run} of {spend.items} items run (forwards unknown)"
     else:
         basis = "exact, from the forwards column" if spend.exact else "the rest estimated at each config's mean"
         text = (f"spend: {spend.forwards:,.0f} forwards on {spend.items_run} of {spend.items} items vs "
                 f"{spend.naive_forwards:,.0f} for the full grid: {spend.ratio:.2f}x ({basis})")
-    text += f"; decoded now: {0 if spend.decoded_forwards is None else spend.decoded_forwards:,.0f} forwards in {spend.decode_seconds:.1f} s"
+    text += f"; {now}: {0 if spend.decoded_forwards is None else spend.decoded_forwards:,.0f} forwards in {spend.decode_seconds:.1f} s"
     if spend.naive_seconds is not None:
         text += f" (full grid ~{spend.naive_seconds:.1f} s)"
     return text
@@ -224,7 +224,7 @@ def grid_lines(v: GridVerdict, verbosity: int) -> list[str]:
         lines.append(v.error)
     else:
         lines += table_lines(v)
-    lines.append(f"outcomes: {v.record.count('store')} reused from the store, {v.record.count('decoded')} decoded")
+    lines.append(outcomes_line(v))
     lines += schedule_lines(v)
     lines += regression_lines(v, verbosity)
     hint = hint_line(v)

@@ -71,10 +71,12 @@ def test_gate_over_inspect_logs(project: Project, logs: dict[str, Path]) -> None
     expected = sum(ref[i] == ["C"] and short[i] == ["I"] for i in ref)
     assert expected > 0
     project.grid(GRID.format(**logs))
-    result = project.run("--redline-alpha=0.2", "--redline-full", "--redline-report=report.json")
+    result = project.run("--redline-alpha=0.2", "--redline-report=report.json")  # no --redline-full: inspect reads all
     assert result.ret == 0, result.stdout.str()
     report = project.report()
     by_name = {c["name"]: c for c in report["configs"]}
+    assert report["schedule"]["mode"].startswith("full: every outcome read")
+    assert all(c["violations_bound"] == "exact" and c["prompts_run"] == recorded_logs.N for c in report["configs"])
     assert report["n"] == recorded_logs.N and report["deployed"] == "ref"  # fast is no cheaper: the reference wins ties
     assert by_name["short"]["violations"] == expected and not by_name["short"]["valid"]
     assert by_name["fast"]["violations"] == 0 and by_name["fast"]["valid"]

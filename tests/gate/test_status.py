@@ -167,7 +167,7 @@ def test_gate_says_a_certified_config_is_slower(project: Project) -> None:
 
 
 def test_plan_figures_are_scipys() -> None:
-    cal = SimpleNamespace(alpha=0.1, n=300, m=5, delta_share=0.1, grid=SimpleNamespace(name="g"))
+    cal = SimpleNamespace(alpha=0.1, alpha_source="--redline-alpha", n=300, m=5, delta_share=0.1, grid=SimpleNamespace(name="g"))
     plan = preflight.plan(cal)
     step = 0.1 / 5
     k = int(np.flatnonzero(stats.binom.cdf(np.arange(301), 300, 0.1) <= step)[-1])
@@ -176,7 +176,7 @@ def test_plan_figures_are_scipys() -> None:
 
     assert plan.needed == (prompts_needed(0.1, 0.05, 5, 0.1), prompts_needed(0.1, 0.025, 5, 0.1))
     assert preflight.weak_power(cal) is None
-    small = SimpleNamespace(alpha=0.1, n=60, m=3, delta_share=0.1, grid=SimpleNamespace(name="g"))
+    small = SimpleNamespace(alpha=0.1, alpha_source="--redline-alpha", n=60, m=3, delta_share=0.1, grid=SimpleNamespace(name="g"))
     weak = preflight.plan(small)
     assert weak.power[0] < 0.5 and preflight.weak_power(small) == (
         f"redline warning: g: with n=60 prompts a config at risk alpha/2 = 0.05 is certified with probability "
@@ -227,8 +227,8 @@ def test_plan_imports_no_torch() -> None:
     run = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout + run.stderr
     assert "HEAVY []" in run.stdout
-    assert re.search(r"^arithmetic-tiny +512 +12 ", run.stdout, re.M)
-    assert re.search(r"^speculative-arithmetic +512 +7 ", run.stdout, re.M)
+    assert re.search(r"^arithmetic-tiny +[\d.]+ \(--redline-alpha\) +512 +12 ", run.stdout, re.M)
+    assert re.search(r"^speculative-arithmetic +[\d.]+ \(--redline-alpha\) +512 +7 ", run.stdout, re.M)
 
 
 def test_published_llada2_statuses_from_the_outcome_table() -> None:
