@@ -467,8 +467,9 @@ def write(path: str | os.PathLike, verdicts: Sequence[GridVerdict], provenance: 
     atomic_write(Path(path), doc)
     comment = render_comment(data, provenance, prompts)
     atomic_write(comment_path(path), comment)
-    notes = [f"Markdown summary: {path} ({_size(doc):,} bytes, prompts: {prompts}); as a pull-request comment: "
-             f"{comment_path(path)} ({len(comment):,} characters, marker {marker(data)})"]
+    notes = [f"Markdown summary: {path} ({_size(doc):,} bytes, prompts: {prompts})",
+             f"Markdown summary as a pull-request comment: {comment_path(path)} ({len(comment):,} characters, "
+             f"marker {marker(data)})"]
     if step:
         try:
             with open(step, "a", encoding="utf-8") as f:

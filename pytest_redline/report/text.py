@@ -66,5 +66,5 @@ def wrapped(line: str, width: int = WIDTH, indent: str = "  ") -> list[str]:
 
     if len(line) <= width:
         return [line]
-    return textwrap.wrap(line, width=width, subsequent_indent=indent, break_on_hyphens=False,
+    return textwrap.wrap(line, width=width, subsequent_indent=indent, break_on_hyphens=False, break_long_words=False,
                          drop_whitespace=True) or [line]

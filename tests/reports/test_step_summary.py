@@ -266,7 +266,7 @@ def test_the_gate_writes_the_summary_and_appends_to_the_step_summary(pytester, m
     result = run_gate(pytester, "--redline-alpha=0.2", "--redline-grid=small.yaml", "--redline-markdown=out/summary.md",
                       "--redline-markdown-prompts=none")
     doc = (pytester.path / "out" / "summary.md").read_text()
-    assert result.ret == 0 and doc.startswith("## ✅ REDLINE CERTIFIED: small")
+    assert result.ret == 0 and doc.startswith("<!-- redline: small -->\n## ✅ REDLINE CERTIFIED: small")
     assert step.read_text() == "# earlier step output\n\n" + doc  # appended, not overwritten
     result.stdout.fnmatch_lines([f"Markdown summary: *summary.md ({len(doc.encode()):,} bytes, prompts: none)",
                                  "Markdown summary appended to $GITHUB_STEP_SUMMARY*"])
@@ -282,7 +282,7 @@ def test_a_partial_run_writes_a_partial_summary(pytester, monkeypatch):
     result = run_gate(pytester, "--redline-alpha=0.2", "--redline-grid=small.yaml", "--redline-markdown=summary.md",
                       "-k", "not gsm8k/17")
     doc = (pytester.path / "summary.md").read_text()
-    assert result.ret == 1 and doc.startswith("## ⚠️ REDLINE PARTIAL: small")
+    assert result.ret == 1 and doc.startswith("<!-- redline: small -->\n## ⚠️ REDLINE PARTIAL: small")
     assert "PARTIAL RUN: 2 of 120 items produced no outcome, so nothing is certified" in doc
     assert "| config |" not in doc  # no table: nothing was certified
 
