@@ -104,6 +104,7 @@ def _configs(v: GridVerdict) -> list[dict[str, Any]]:
         if not v.comparable(i):  # chosen by the schedule (mostly reference-correct prompts): not an all-prompt accuracy
             right = sum(v.record.entries[(entry["name"], p)].correct for p in ran)
             entry["accuracy_on_prompts_run"] = right / len(ran) if ran else None
+            entry["correct_on_prompts_run"] = int(right)
         entry["prompts_run"] = len(ran)
         entry["ran_on"] = ran
         entry["stopped"] = sched.stops[i] if sched else None

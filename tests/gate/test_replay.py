@@ -46,6 +46,14 @@ def test_replay_reproduces_published_llada2_math(project: Project) -> None:
     deployed = report["configs"][0]
     assert deployed["name"] == "acc85/semi70"
     assert round(deployed["gain"], 1) == 37.5 and round(deployed["net_accuracy_points"], 1) == -4.0
+    # its GSM8K and MATH-500 slices (by the id's prefix, no slice_by: in the grid), whose V add up to the grid's
+    full.stdout.fnmatch_lines(["slices by prefix (2: gsm8k, math500): descriptive exact counts, not certificates*",
+                               "*config*slice*prompts*decoded*V*correct*accuracy",
+                               "*acc85/semi70*gsm8k*512*512*19*465*0.9082", "*acc85/semi70*math500*500*500*54*369*0.7380"])
+    (sliced,) = report["slices"]
+    assert sliced["by"] == "prefix" and sliced["slices"] == ["gsm8k", "math500"]
+    for c in report["configs"]:
+        assert sum(row["violations"] for row in sliced["rows"] if row["config"] == c["name"]) == c["violations"]
 
     scheduled = project.run("--redline-alpha=0.1", "--redline-report=scheduled.json")
     assert scheduled.ret == 0
@@ -63,7 +71,8 @@ def test_replay_reproduces_published_llada2_math(project: Project) -> None:
     gated = project.run("--redline-alpha=0.05", "--redline-deploy", "acc85/semi70", "--redline-report=gate.json")
     assert gated.ret == 1
     gated.stdout.fnmatch_lines([
-        "*acc85/semi70*>=*NOT valid*stopped early: cannot be certified; no n would certify it: risk on all prompts 0.0721 >= alpha*",
+        "*acc85/semi70*>=*", "*acc85/semi70*NOT valid*", "notes:",
+        "  acc85/semi70: stopped early: cannot be certified; no n would certify it: risk on all prompts 0.0721 >= alpha*",
         "NOT CERTIFIED (llada2-math-published, gate): acc85/semi70 is NOT valid at alpha=0.05; deploy acc95/semi90 (the reference)",
         "*REDLINE NOT CERTIFIED: llada2-math-published (exit status 1)*",
     ])
