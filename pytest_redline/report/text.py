@@ -35,12 +35,10 @@ WIDTH = 120  # the terminal width every line of the gate's summary fits
 
 def fitted_table(rows: Sequence[Sequence[str]], keys: int, groups: Sequence[Sequence[int]],
                  left: Sequence[int] = (0,), width: int = WIDTH) -> list[list[str]]:
-    """A table as one block of lines when it fits ``width``, else as one block per group of
-    columns, each led by the first ``keys`` columns (the row's name), so every line fits; a group
-    that is still too wide is split further, one column at a time."""
-    whole = table(rows, left)
-    if max(len(line) for line in whole) <= width:
-        return [whole]
+    """A table as one block of lines per group of columns, each led by the first ``keys`` columns
+    (the row's name), so every line fits ``width``; a group that is still too wide is split
+    further, one column at a time. (Always by group, so a table's layout does not depend on its
+    figures' widths.)"""
     blocks, head = [], list(range(keys))
     for group in groups:
         chunk: list[int] = []

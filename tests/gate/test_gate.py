@@ -101,7 +101,7 @@ def test_gate_mode_leads_with_named_config(project: Project) -> None:
     result = project.run(ALPHA, "--redline-report=report.json")
     assert result.ret == 0
     result.stdout.fnmatch_lines([
-        "R    ref*", " [*]G  slow*valid*+25.0%", "     fast*valid*+100.0%",
+        "R    ref*", " [*]G  slow*valid*+25.0%*", "     fast*valid*+100.0%*",
         "*G gated (deploy: NAME)*",
         "hint: the best-cost valid config is fast (+100.0% tpf, -1.7 accuracy points) (what deploy: fastest would serve)",
         "CERTIFIED (fake-grid, gate): slow is certified; deploy slow (+25.0% tpf, +0.0 accuracy points)",

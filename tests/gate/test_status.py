@@ -74,7 +74,7 @@ def test_inconclusive_config_says_what_would_settle_it(project: Project) -> None
     assert entries["over"]["to_settle"]["prompts"] == reverse_prompts_needed(0.1, 7 / 60, 4, 0.1, power=0.8)
     assert entries["edge"]["to_settle"] == {"test": "none", "risk": 0.1, "prompts": None, "over": None}
     result.stdout.fnmatch_lines(["*over*inconclusive*", "*edge*inconclusive*", "notes:",
-                                 "  over: n=* prompts would show it exceeds the budget with 80% power*",
+                                 "  over: *n=* prompts would show it exceeds the budget with 80% power*",
                                  "  edge: no n settles it (risk 0.1000 = alpha)"])
 
 

@@ -6,3 +6,16 @@ collapsed, not on one line."""
 def flat(result) -> str:
     """A pytester result's stdout, its whitespace runs (line breaks included) collapsed to one space."""
     return " ".join(result.stdout.str().split())
+
+
+def summary_lines(result) -> list[str]:
+    """The gate's terminal summary: pytest's header lines of a gate run (``redline: gating``,
+    ``redline marks:``) and everything from the first grid's ``redline:`` section on."""
+    lines = result.outlines
+    start = next(i for i, line in enumerate(lines) if line.startswith("=") and " redline: " in line)
+    return [line for line in lines[:start] if line.startswith(("redline: ", "redline marks: ", "  "))] + lines[start:]
+
+
+def too_wide(result, width: int = 120) -> list[str]:
+    """The summary's lines over ``width`` characters (none, in a gate run)."""
+    return [line for line in summary_lines(result) if len(line) > width]
