@@ -59,10 +59,26 @@ def _grid_section(v: GridVerdict, rep: Mapping[str, Any], prov: Mapping[str, Any
     cal = v.cal
     parts = [f'<section class="grid" id="grid-{index}">',
              f"<h2>{_e(cal.grid.name)} <small>{_e(cal.label)}</small></h2>",
-             _verdict_box(v, rep, prov), _config_table(v, rep),
+             _verdict_box(v, rep, prov), _config_table(v, rep), *(_slice_table(rep, sl) for sl in rep.get("slices") or ()),
              '<div class="charts">', _risk_chart(v, rep), _sweep_chart(v, rep), "</div>",
              _regressions(v, rep, index), _grid_provenance(cal, rep, prov), "</section>"]
     return "\n".join(parts)
+
+
+def _slice_table(rep: Mapping[str, Any], slicing: Mapping[str, Any]) -> str:
+    """One slicing's table: each config's V, right answers and accuracy per slice (exact counts)."""
+    stopped = {c["name"] for c in rep["configs"] if c.get("violations_bound") in ("lower", "upper")}
+    body = []
+    for row in slicing["rows"]:
+        full = row["decoded"] == row["prompts"] and row["accuracy"] is not None
+        cells = (row["config"], row["slice"], f"{row['violations']}" + (" (decoded only)" if row["config"] in stopped else ""),
+                 f"{row['correct']} / {row['decoded']}", str(row["prompts"]), _num(row["accuracy"]) if full else "–")
+        body.append("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in cells) + "</tr>")
+    head = "".join(f"<th>{h}</th>" for h in ("config", "slice", "V", "correct / decoded", "prompts", "accuracy"))
+    return (f'<details class="slices" open><summary>By {_e(slicing["by"])}: {len(slicing["slices"])} slices '
+            f'({_e(", ".join(slicing["slices"]))})</summary><table class="configs slices"><thead><tr>{head}</tr></thead>'
+            f'<tbody>{"".join(body)}</tbody></table><p class="note">V: regressions among the slice\'s decoded prompts; '
+            f'{_e(slicing["note"])}. A certificate per slice is one grid per slice.</p></details>')
 
 
 def _verdict_box(v: GridVerdict, rep: Mapping[str, Any], prov: Mapping[str, Any]) -> str:

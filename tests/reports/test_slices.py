@@ -12,7 +12,7 @@ import redline_fakes  # noqa: F401  (numpy and the gate's modules loaded once)
 
 from pytest_redline.contracts import Prompt
 from pytest_redline.grid import GridError, parse_grid
-from pytest_redline.report import summary
+from pytest_redline.report import review, summary
 from pytest_redline.report.document import grid_report
 from pytest_redline.report.terminal import grid_lines
 from pytest_redline.slices import chosen, slicings
@@ -53,6 +53,9 @@ def test_every_output_shows_the_slices_with_exact_counts(verdict):
     block = next(d for d in page.details if d["summary"].startswith("By prefix: 2 slices (gsm8k, math500)"))
     rows = {(row[0], row[1]): row[2:] for row in block["tables"][0][1:]}
     assert rows[("acc85/semi70", "gsm8k")] == ["19", "465 / 512", "512", "0.9082"]
+    page = review.render([verdict], {})
+    section = page[page.index('<details class="slices" open><summary>By prefix: 2 slices (gsm8k, math500)'):]
+    assert "<tr><td>acc85/semi70</td><td>math500</td><td>54</td><td>369 / 500</td><td>500</td><td>0.738</td></tr>" in section
 
 
 def test_built_in_and_named_slicings():
