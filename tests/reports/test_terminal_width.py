@@ -1,6 +1,6 @@
 """Every line of the gate's terminal summary fits 120 columns: the table in blocks of columns
 that fit, its notes under it, the prose wrapped. A multi-grid session: the embedded grid's twelve
-configs (redline.yaml, on 48 of its prompts) beside the published LLaDA2 math outcomes' first 100
+configs (redline.yaml, on 64 of its prompts) beside the published LLaDA2 math outcomes' first 100
 GSM8K prompts; tests/gate/test_replay.py checks the whole published grid's runs."""
 from __future__ import annotations
 
@@ -18,10 +18,10 @@ ROOT = Path(__file__).resolve().parents[2]
 PUBLISHED = ROOT / "tests" / "data" / "redline" / "llada2_math.csv"
 
 
-@pytest.mark.slow  # decodes the tiny model: 48 prompts x 12 configs, about 6 s CPU
+@pytest.mark.slow  # decodes the tiny model: 64 prompts x 12 configs
 def test_every_summary_line_of_a_multi_grid_session_fits_120_columns(pytester, run_gate):
     embedded = yaml.safe_load((ROOT / "redline.yaml").read_text())
-    embedded.update(suite_args={**embedded["suite_args"], "n": 48}, batch_size=48,
+    embedded.update(suite_args={**embedded["suite_args"], "n": 64}, batch_size=64,
                     engine_args={**embedded["engine_args"], "model": str(ROOT / "engines" / "models" / "bd-tiny")})
     (pytester.path / "embedded.yaml").write_text(yaml.safe_dump(embedded, sort_keys=False))
     rows = PUBLISHED.read_text().splitlines()

@@ -52,8 +52,9 @@ def test_a_stopped_config_names_the_rate_its_stop_used_beside_the_risk_column(pr
     column = float(row.split()[5])  # risk: V / n with the V the stop reached
     assert column == pytest.approx(rash["violations"] / 60, abs=1e-4)
     # the adaptive order ran rash first where fast regressed, so the rate is labelled biased
-    note = next(line for line in result.outlines if line.startswith("  rash: "))  # the notes follow the table
-    stop_rate = float(re.search(r"no n would certify it: the rate the stop used (\S+) \(biased\) >= alpha", note).group(1))
+    note = re.search(r" rash: stopped early: [^;]*(; [^;]*)*?; no n would certify it: the rate the stop used (\S+) \(biased\) "
+                     r">= alpha", flat(result))  # in the notes under the table
+    stop_rate = float(note.group(2))
     assert stop_rate > column  # scaled from the prompts it ran to all n, not V / n
     text = flat(result)
     assert "risk: V / n (V as in the V column)" in text and "'the rate the stop used' is V / prompts run, scaled to all n" in text
