@@ -110,8 +110,9 @@ def check_name(engine: str, key: str, value: Any, required: bool = True) -> None
 
 
 def unit_key(prompt_id: str, prefix: str) -> str:
-    """The unit a prompt id names: after ``<task>/`` for the engine's own prompts, else its last
-    path segment (a suite's ``gsm8k/12`` or ``arithmetic/cal/12`` is document 12)."""
+    """The unit a prompt id names: after ``<task>/`` for the engine's own prompts (the whole id
+    when ``prefix`` is "": several tasks' units are keyed ``<task>/<doc>``), else its last path
+    segment (a suite's ``gsm8k/12`` or ``arithmetic/cal/12`` is document 12)."""
     return prompt_id[len(prefix):] if prompt_id.startswith(prefix) else prompt_id.rsplit("/", 1)[-1]
 
 
@@ -185,9 +186,10 @@ class RecordedRuns:
         if prompts is None:
             if args.get("rescore"):
                 raise RunError("suite", f"{cls.name}: rescore: true needs the grid's suite, whose judge scores the texts")
-            prompts = [Prompt(id=f"{task}/{u.key}", text=u.prompt, meta=dict(u.hashes)) for u in runs[reference].units.values()]
+            prompts = [Prompt(id=f"{task}/{u.key}" if task else u.key, text=u.prompt, meta=dict(u.hashes))
+                       for u in runs[reference].units.values()]
         else:
-            _match_suite(cls, prompts, runs[reference], f"{task}/", args)
+            _match_suite(cls, prompts, runs[reference], f"{task}/" if task else "", args)
         return list(prompts), {name: {**configs[name], DIGEST: run.digest} for name, run in runs.items()}
 
     # ------------------------------------------------------------------ the engine
@@ -207,7 +209,7 @@ class RecordedRuns:
         costs = {k: v for k, v in config.items() if k not in ("path", DIGEST)}
         out = []
         for prompt in prompts:
-            unit = run.units.get(unit_key(prompt.id, f"{task}/"))
+            unit = run.units.get(unit_key(prompt.id, f"{task}/" if task else ""))
             if unit is None:
                 raise ValueError(f"{run.source}: no {self.what[:-1]} for prompt {prompt.id!r}")
             extra = {k: float(v) if not isinstance(v, str) else float(unit.record[v]) for k, v in costs.items()}
