@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 if TYPE_CHECKING:
     from pytest_redline.contracts import Prompt
-    from pytest_redline.verdict import GridVerdict
 
 PREFIX = "prefix"
 BUILT_IN = (PREFIX, "subject", "level")
@@ -114,8 +113,9 @@ def chosen(prompts: Sequence[Prompt], slice_by: tuple[str, ...] | None) -> tuple
     return tuple(out)
 
 
-def slicings(v: GridVerdict) -> tuple[Slicing, ...]:
-    """The grid's slicings, on the outcomes of a verdict that certified (empty otherwise)."""
+def slicings(v: Any) -> tuple[Slicing, ...]:
+    """The grid's slicings, on the outcomes of a verdict (a :class:`~pytest_redline.verdict.GridVerdict`,
+    not imported: the grid module reads this one) that certified; empty otherwise."""
     import numpy as np
 
     if v.result is None:

@@ -76,7 +76,7 @@ def _slice_table(rep: Mapping[str, Any], slicing: Mapping[str, Any]) -> str:
         body.append("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in cells) + "</tr>")
     head = "".join(f"<th>{h}</th>" for h in ("config", "slice", "V", "correct / decoded", "prompts", "accuracy"))
     return (f'<details class="slices" open><summary>By {_e(slicing["by"])}: {len(slicing["slices"])} slices '
-            f'({_e(", ".join(slicing["slices"]))})</summary><table class="configs slices"><thead><tr>{head}</tr></thead>'
+            f'({_e(", ".join(slicing["slices"]))})</summary><table class="slices"><thead><tr>{head}</tr></thead>'
             f'<tbody>{"".join(body)}</tbody></table><p class="note">V: regressions among the slice\'s decoded prompts; '
             f'{_e(slicing["note"])}. A certificate per slice is one grid per slice.</p></details>')
 
@@ -426,7 +426,8 @@ table.configs th{cursor:pointer;background:#f2f2f2;user-select:none;white-space:
 table.configs td:nth-child(2){font-family:ui-monospace,monospace;font-size:12px}
 tr.deployed td:first-child::after{content:" *";font-weight:700}tr.reference td:first-child::after{content:" R"}
 tr.deployed{background:#e8f5ec}tr.not-valid{background:#fdecea}tr.inconclusive{background:#f1f1f4}
-table.configs th:nth-child(-n+2){text-align:left}.note{color:#666;font-size:12px}
+table.configs th:nth-child(-n+2){text-align:left}
+table.slices td,table.slices th{padding:2px 8px;text-align:right;border-bottom:1px solid #eee}table.slices td:nth-child(-n+2),table.slices th:nth-child(-n+2){text-align:left}.note{color:#666;font-size:12px}
 .charts{display:flex;flex-wrap:wrap;gap:12px}figure.chart{margin:8px 0;max-width:480px}svg{width:100%;height:auto}
 .axis{stroke:#444}.tick{font-size:10px;fill:#555}.label{font-size:11px;fill:#333}.alpha{stroke:#b3261e;stroke-dasharray:4 3}
 .alpha-label{font-size:10px;fill:#b3261e}.dot.ok{fill:#1f7a3a}.dot.bad{fill:#b3261e}.pt{font-size:9px;fill:#333}

@@ -315,6 +315,7 @@ def test_the_ci_pages_workflow_writes_the_summary_and_uploads_the_page_and_the_j
     (upload,) = [s for s in steps if s.get("uses", "").startswith("actions/upload-artifact")]
     assert upload["if"] == "always()"
     written = {flags[f] for f in ("--redline-html", "--junitxml", "--redline-markdown", "--redline-report")}
+    written.add(str(step_summary.comment_path(flags["--redline-markdown"])))  # the pull-request comment beside it
     assert set(upload["with"]["path"].split()) == written
 
 

@@ -10,10 +10,16 @@ def flat(result) -> str:
 
 def summary_lines(result) -> list[str]:
     """The gate's terminal summary: pytest's header lines of a gate run (``redline: gating``,
-    ``redline marks:``) and everything from the first grid's ``redline:`` section on."""
+    ``redline marks:`` and their continuations) and the lines from the first grid's ``redline:``
+    section to the session's ``REDLINE`` line."""
     lines = result.outlines
     start = next(i for i, line in enumerate(lines) if line.startswith("=") and " redline: " in line)
-    return [line for line in lines[:start] if line.startswith(("redline: ", "redline marks: ", "  "))] + lines[start:]
+    end = next(i for i, line in enumerate(lines) if line.startswith("=") and " REDLINE " in line)
+    marks = next(i for i, line in enumerate(lines) if line.startswith("redline marks: "))
+    after = marks + 1
+    while lines[after].startswith("  "):  # the marks line's continuations
+        after += 1
+    return lines[marks - 1:after] + lines[start:end + 1]
 
 
 def too_wide(result, width: int = 120) -> list[str]:
