@@ -47,7 +47,9 @@ class Unit:
 
     ``hashes`` must agree across configs (what pairs the unit); ``correct`` is its judgement, its
     repeats or epochs reduced (None when re-scoring); ``record`` is the log's own record, for
-    per-sample cost fields; ``doc`` is the evaluated document, for matching a suite's prompts.
+    per-sample cost fields; ``doc`` is the evaluated document, for matching a suite's prompts;
+    ``meta`` the log's plain metadata fields of the prompt (an Inspect sample's ``metadata``),
+    which become the prompt's metadata.
     """
 
     key: str
@@ -57,6 +59,7 @@ class Unit:
     text: str
     record: Mapping[str, Any] = field(default_factory=dict)
     doc: Mapping[str, Any] | None = None
+    meta: Mapping[str, Any] = field(default_factory=dict)  # the log's own per-prompt metadata (slice_by may name a field)
 
 
 @dataclass(frozen=True)
@@ -186,7 +189,7 @@ class RecordedRuns:
         if prompts is None:
             if args.get("rescore"):
                 raise RunError("suite", f"{cls.name}: rescore: true needs the grid's suite, whose judge scores the texts")
-            prompts = [Prompt(id=f"{task}/{u.key}" if task else u.key, text=u.prompt, meta=dict(u.hashes))
+            prompts = [Prompt(id=f"{task}/{u.key}" if task else u.key, text=u.prompt, meta={**u.meta, **u.hashes})
                        for u in runs[reference].units.values()]
         else:
             _match_suite(cls, prompts, runs[reference], f"{task}/" if task else "", args)

@@ -43,7 +43,7 @@ def offline(patch: pytest.MonkeyPatch) -> None:
 
 
 def problems(n: int = N) -> list[dict]:
-    return [{"question": p.text, "answer": str(p.meta["answer"]), "solution": p.meta["solution"]}
+    return [{"question": p.text, "answer": str(p.meta["answer"]), "solution": p.meta["solution"], "family": p.meta["family"]}
             for p in ArithmeticSuite(n=n).prompts()]
 
 
@@ -208,7 +208,8 @@ def run_inspect(root: Path, patch: pytest.MonkeyPatch) -> dict[str, Path]:
     }
     logs = {}
     for name, (data, limit, options, crash) in settings.items():
-        dataset = [Sample(id=f"a{i}", input=r["question"], target=r["answer"]) for i, r in enumerate(data)]
+        dataset = [Sample(id=f"a{i}", input=r["question"], target=r["answer"], metadata={"family": r["family"]})
+                   for i, r in enumerate(data)]
         solvers = ([crash_on(crash)] if crash else []) + [generate()]
         scorers = [match(location="end")] + (kinds if name == "ref" else [])
         task = Task(dataset=dataset, solver=solvers, scorer=scorers, name="arith")
