@@ -290,6 +290,11 @@ def _check_prompts(grid: Grid, prompts: tuple[Prompt, ...]) -> None:
         if "::" in prompt.id:
             raise grid.error(key, f"expected prompt ids without '::' (it separates node ids), got {prompt.id!r}")
         seen.add(prompt.id)
+    from pytest_redline.slices import check_prompts
+
+    unsliced = check_prompts(prompts, grid.slice_by)
+    if unsliced:
+        raise grid.error("slice_by", unsliced)
 
 
 def _deploy(grid: Grid, configs: tuple[str, ...], override: str | None) -> str | None:

@@ -29,7 +29,7 @@ KEYS = (
     "name", "suite", "suite_args", "engine", "engine_args", "cost", "direction",
     "alpha", "required",
     "reference", "configs", "deploy", "delta", "batch_size", "timeout", "engine_stops",
-    "min_gain", "max_servers",
+    "min_gain", "max_servers", "slice_by",
 )
 CONFIG_ENGINE_KEYS = ("engine", "engine_args")
 PATH_KEYS = frozenset({"model", "outcomes", "path", "data", "draft", "target", "trace"})
@@ -82,6 +82,7 @@ class Grid:
     # report's gain unit (percent; a reduction factor for lower-is-better costs); None: any gain
     min_gain: float | None = None
     max_servers: int = 1  # servers the gate runs at once (configs with a `server:`); 1: one after another
+    slice_by: tuple[str, ...] | None = None  # how outputs split each config's figures (pytest_redline.slices)
 
     @property
     def lower_is_better(self) -> bool:
@@ -180,6 +181,7 @@ class _Reader:
             engine_stops=self.flag("engine_stops", True),
             min_gain=self.min_gain(cost),
             max_servers=self.positive_int("max_servers", 1),
+            slice_by=self.slice_by(),
         )
         if configs is not None:
             grid.check_names(tuple(c.name for c in configs))
@@ -298,6 +300,14 @@ class _Reader:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 < value < math.inf:
             raise self.fail("timeout", f"expected a number of seconds > 0, got {_show(value)}")
         return float(value)
+
+    def slice_by(self) -> tuple[str, ...] | None:
+        from pytest_redline.slices import check_slice_by
+
+        try:
+            return check_slice_by(self.data.get("slice_by"))
+        except ValueError as e:
+            raise self.fail("slice_by", str(e)) from None
 
     def flag(self, key: str, default: bool) -> bool:
         value = self.data.get(key, default)

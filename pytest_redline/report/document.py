@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from pytest_redline.report.files import atomic_write
+from pytest_redline.slices import slicings
 from pytest_redline.verdict import PROMPTS_LIMIT, GridVerdict
 
 
@@ -53,6 +54,7 @@ def grid_report(v: GridVerdict) -> dict[str, Any]:
         "poor_trade": v.poor_trade,
         "configs": _configs(v),
         "regressions": v.record.regressions(),
+        "slices": [s.to_json() for s in slicings(v)],  # descriptive per-slice counts (pytest_redline.slices)
         "outcomes": {"reused": v.record.count("store"), "decoded": v.record.count("decoded")},
         "missing": [{"config": m.config, "prompt": m.prompt, "reason": m.reason} for m in v.missing],
         "error": v.error,
@@ -104,6 +106,7 @@ def _configs(v: GridVerdict) -> list[dict[str, Any]]:
         if not v.comparable(i):  # chosen by the schedule (mostly reference-correct prompts): not an all-prompt accuracy
             right = sum(v.record.entries[(entry["name"], p)].correct for p in ran)
             entry["accuracy_on_prompts_run"] = right / len(ran) if ran else None
+            entry["correct_on_prompts_run"] = int(right)
         entry["prompts_run"] = len(ran)
         entry["ran_on"] = ran
         entry["stopped"] = sched.stops[i] if sched else None

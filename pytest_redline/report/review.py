@@ -61,10 +61,26 @@ def _grid_section(v: GridVerdict, rep: Mapping[str, Any], prov: Mapping[str, Any
     cal = v.cal
     parts = [f'<section class="grid" id="grid-{index}">',
              f"<h2>{_e(cal.grid.name)} <small>{_e(cal.label)}</small></h2>",
-             _verdict_box(v, rep, prov), _config_table(v, rep),
+             _verdict_box(v, rep, prov), _config_table(v, rep), *(_slice_table(rep, sl) for sl in rep.get("slices") or ()),
              '<div class="charts">', _risk_chart(v, rep), _sweep_chart(v, rep), "</div>",
              _regressions(v, rep, index), _grid_provenance(cal, rep, prov), "</section>"]
     return "\n".join(parts)
+
+
+def _slice_table(rep: Mapping[str, Any], slicing: Mapping[str, Any]) -> str:
+    """One slicing's table: each config's V, right answers and accuracy per slice (exact counts)."""
+    stopped = {c["name"] for c in rep["configs"] if c.get("violations_bound") in ("lower", "upper")}
+    body = []
+    for row in slicing["rows"]:
+        full = row["decoded"] == row["prompts"] and row["accuracy"] is not None
+        cells = (row["config"], row["slice"], f"{row['violations']}" + (" (decoded only)" if row["config"] in stopped else ""),
+                 f"{row['correct']} / {row['decoded']}", str(row["prompts"]), _num(row["accuracy"]) if full else "–")
+        body.append("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in cells) + "</tr>")
+    head = "".join(f"<th>{h}</th>" for h in ("config", "slice", "V", "correct / decoded", "prompts", "accuracy"))
+    return (f'<details class="slices" open><summary>By {_e(slicing["by"])}: {len(slicing["slices"])} slices '
+            f'({_e(", ".join(slicing["slices"]))})</summary><table class="slices"><thead><tr>{head}</tr></thead>'
+            f'<tbody>{"".join(body)}</tbody></table><p class="note">V: regressions among the slice\'s decoded prompts; '
+            f'{_e(slicing["note"])}. A certificate per slice is one grid per slice.</p></details>')
 
 
 def _verdict_box(v: GridVerdict, rep: Mapping[str, Any], prov: Mapping[str, Any]) -> str:
@@ -194,8 +210,9 @@ def _config_table(v: GridVerdict, rep: Mapping[str, Any]) -> str:
             marks.append("reference")
         if c["name"] == rep["deployed"]:
             marks.append("deployed")
-        if c["name"] in rep.get("not_certified", ()) or (c.get("valid") is False and c["name"] != rep["reference"]):
-            marks.append("not-valid")
+        failed = c["name"] in rep.get("not_certified", ()) or (c.get("valid") is False and c["name"] != rep["reference"])
+        if failed:  # pink marks a failure: exceeds the budget; an inconclusive config is not shown as one
+            marks.append("inconclusive" if c.get("status") == "inconclusive" else "not-valid")
         cells = []
         for _, key in COLUMNS:
             value = c.get(key)
@@ -214,8 +231,9 @@ def _config_table(v: GridVerdict, rep: Mapping[str, Any]) -> str:
                 fmt = (lambda x: gain_text(x, _gain_kind(v, rep))) if key == "gain" else (lambda x: _num(x))
                 text, value = f"{_interval(span, fmt)} interval", next((x for x in span if x is not None), None)
             elif key == "accuracy" and value is None and c.get("accuracy_on_prompts_run") is not None:
-                value = c["accuracy_on_prompts_run"]
-                text = f"{_num(value)} on {c['prompts_run']} run"
+                value = None  # not an all-prompt accuracy: it does not sort among them
+                right = c.get("correct_on_prompts_run", round(c["accuracy_on_prompts_run"] * c["prompts_run"]))
+                text = f"– ({right} of the {c['prompts_run']} prompts it ran right)"
             elif key == "decode_seconds" and value is not None and not decoded[c["name"]]:
                 text, value = "reused", -1.0  # nothing decoded now: the store's (or the replay's) outcomes
             else:
@@ -229,8 +247,11 @@ def _config_table(v: GridVerdict, rep: Mapping[str, Any]) -> str:
             "the store; empty where a config was not decoded on every prompt (the JSON report has "
             "the subset figures). '[low, high] interval': a valid config's all-prompt cost (gain) interval, from the "
             "prompts it ran and its engine's declared cost bounds on the rest, which settled the deployment without "
-            "decoding it everywhere. 'on N run': accuracy on the N prompts it ran, which the schedule chose (mostly "
-            "those the reference answers right): not comparable with the all-prompt figures. Click a header to sort.")
+            "decoding it everywhere. '– (K of the N prompts it ran right)': a config not decoded on every prompt has no "
+            "accuracy; K counts its right answers on the N prompts the schedule chose (mostly those the reference "
+            "answers right), so K / N is not comparable with the all-prompt accuracies. Rows: green deployed, pink "
+            "NOT valid and exceeds the budget (a failure), grey NOT valid and inconclusive (too few prompts to tell). "
+            "Click a header to sort.")
     return (f'<table class="configs sortable"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
             f'<p class="note">{_e(note)}</p>')
 
@@ -409,7 +430,9 @@ table.configs td{white-space:nowrap}table.configs td:nth-child(2){white-space:no
 table.configs th{cursor:pointer;background:#f2f2f2;user-select:none;white-space:nowrap}table.configs td:first-child,table.configs td:nth-child(2){text-align:left}
 table.configs td:nth-child(2){font-family:ui-monospace,monospace;font-size:12px}
 tr.deployed td:first-child::after{content:" *";font-weight:700}tr.reference td:first-child::after{content:" R"}
-tr.deployed{background:#e8f5ec}tr.not-valid{background:#fdecea}.note{color:#666;font-size:12px}
+tr.deployed{background:#e8f5ec}tr.not-valid{background:#fdecea}tr.inconclusive{background:#f1f1f4}
+table.configs th:nth-child(-n+2){text-align:left}
+table.slices td,table.slices th{padding:2px 8px;text-align:right;border-bottom:1px solid #eee}table.slices td:nth-child(-n+2),table.slices th:nth-child(-n+2){text-align:left}.note{color:#666;font-size:12px}
 .charts{display:flex;flex-wrap:wrap;gap:12px}figure.chart{margin:8px 0;max-width:480px}svg{width:100%;height:auto}
 .axis{stroke:#444}.tick{font-size:10px;fill:#555}.label{font-size:11px;fill:#333}.alpha{stroke:#b3261e;stroke-dasharray:4 3}
 .alpha-label{font-size:10px;fill:#b3261e}.dot.ok{fill:#1f7a3a}.dot.bad{fill:#b3261e}.pt{font-size:9px;fill:#333}

@@ -19,6 +19,10 @@ ANSWER_CHARS = 300
 def session_header(labels: Sequence[str], only_grids: bool) -> list[str]:
     """pytest's header lines of a gate run: what is collected, and what the progress marks mean."""
     what = " (only the grids are collected, not testpaths)" if only_grids else ""
+    return [part for line in _header(labels, what) for part in text.wrapped(line)]
+
+
+def _header(labels: Sequence[str], what: str) -> list[str]:
     return [f"redline: gating {', '.join(labels)}{what}",
             "redline marks: . no regression (or the reference's own item); R regressed: the reference answers "
             "correctly and this config does not; s skipped by the schedule (the reference is wrong there, or the "
@@ -35,7 +39,8 @@ def table_lines(v: GridVerdict) -> list[str]:
     gated = v.cal.deploy if v.cal.mode == "gate" else None
     kept = v.on_reference_correct()
     rows = [("", "config", "run", "accuracy", "acc_rc", "V", "risk", "risk_up", "p_value", "p_adj", "valid", "status", "cost", "gain",
-             "d_acc", "note")]
+             "d_acc")]
+    notes = []
     for i, name in enumerate(r.names):
         mark = ("R" if i == r.reference_index else " ") + ("*" if i == v.deployed_index else " ") + (("G" if name == gated else " ") if gated else "")
         bound = {"lower": ">=", "upper": "<="}.get(sched.bounds[i], "") if sched else ""
@@ -45,9 +50,15 @@ def table_lines(v: GridVerdict) -> list[str]:
             mark, name, str(run), f"{r.accuracy[i]:.4f}" if full else "-", f"{kept[i]:.4f}", f"{bound}{int(r.violations[i])}",
             f"{r.risk[i]:.4f}", f"{r.risk_upper[i]:.4f}", text.number(r.p_values[i]), text.number(r.p_adjusted[i]),
             "valid" if r.valid[i] else "NOT valid", v.statuses[i], cost, gain,
-            f"{r.net_accuracy[i]:+.1f}" if full else "-", _note(v, i),
+            f"{r.net_accuracy[i]:+.1f}" if full else "-",
         ))
-    lines = text.table(rows, left=(1, 14))
+        note = _note(v, i)
+        if note:
+            notes.append(f"  {name}: {note}")
+    blocks = text.fitted_table(rows, keys=2, groups=(range(2, 10), range(10, 15)), left=(1, 14))
+    lines = [line for block in blocks for line in block]
+    if notes:
+        lines += ["notes:"] + notes
     lines.append("R reference, * deployed" + (", G gated (deploy: NAME)" if gated else "") + "; run: prompts decoded; "
                  "accuracy, cost, gain, d_acc (accuracy points vs the reference): on all prompts; acc_rc: accuracy on the "
                  "reference-correct prompts" + (" it ran on" if sched else "") + "; risk: V / n (V as in the V column); "
@@ -119,6 +130,31 @@ def _estimate(v: GridVerdict, i: int) -> str:
         return f"risk on all prompts {risk:.4f}"
     return f"the rate the stop used {risk:.4f}" + (" (biased)" if v.estimate_biased(i) else "")
 
+
+
+def slice_lines(v: GridVerdict) -> list[str]:
+    """Each config's V, accuracy and decoded prompts per slice (:mod:`pytest_redline.slices`):
+    descriptive exact counts, one table per slicing."""
+    from pytest_redline.slices import slicings
+
+    lines = []
+    for slicing in slicings(v):
+        rows = [("config", "slice", "prompts", "decoded", "V", "correct", "accuracy")]
+        for row in slicing.rows:
+            i = v.cal.configs.index(row.config)
+            stopped = bool(v.scheduled and v.scheduled.stops[i])
+            rows.append((row.config, row.slice, str(row.prompts), str(row.decoded),
+                         f"{row.violations}{' (decoded)' if stopped else ''}", str(row.correct),
+                         f"{row.accuracy:.4f}" if row.complete else "-"))
+        lines.append(f"slices by {slicing.by} ({len(slicing.names)}: {', '.join(slicing.names)}): descriptive exact "
+                     "counts, not certificates (the certificate is the grid's; one grid per slice certifies a slice)")
+        blocks = text.fitted_table(rows, keys=2, groups=(range(2, 7),), left=(0, 1))
+        lines += [f"  {line}" for block in blocks for line in block]
+        lines.append("  V: regressions (the reference right, the config wrong) among the slice's decoded prompts; "
+                     "correct of the decoded; accuracy: correct / prompts, '-' where not decoded on every prompt of "
+                     "the slice" + ("; (decoded): a config stopped early, whose grid V is a bound that does not "
+                                    "split: its slices count only what was decoded" if v.scheduled else ""))
+    return lines
 
 
 def schedule_lines(v: GridVerdict) -> list[str]:
@@ -217,6 +253,15 @@ def _cost_cells(v: GridVerdict, i: int) -> tuple[str, str]:
 
 
 def grid_lines(v: GridVerdict, verbosity: int) -> list[str]:
+    """A grid's terminal summary, every line within :data:`text.WIDTH` columns."""
+    return [part for line in _grid_lines(v, verbosity) for part in text.wrapped(line, indent=_indent(line))]
+
+
+def _indent(line: str) -> str:
+    return " " * (len(line) - len(line.lstrip(" ")) + 4)
+
+
+def _grid_lines(v: GridVerdict, verbosity: int) -> list[str]:
     lines = [header(v)]
     if not v.complete:
         lines += missing_lines(v)
@@ -224,6 +269,7 @@ def grid_lines(v: GridVerdict, verbosity: int) -> list[str]:
         lines.append(v.error)
     else:
         lines += table_lines(v)
+        lines += slice_lines(v)
     lines.append(outcomes_line(v))
     lines += schedule_lines(v)
     lines += regression_lines(v, verbosity)

@@ -17,6 +17,7 @@ import pytest_redline.engines.inspect_logs  # noqa: F401  (loaded before pyteste
 import pytest_redline.runs  # noqa: F401
 from pytest_redline.engines.inspect_logs import InspectEngine
 from pytest_redline.engines.recorded import RunError
+from pytest_redline.suites.arithmetic import ArithmeticSuite
 
 pytest_plugins = ["pytester"]
 
@@ -82,6 +83,13 @@ def test_gate_over_inspect_logs(project: Project, logs: dict[str, Path]) -> None
     assert by_name["fast"]["violations"] == 0 and by_name["fast"]["valid"]
     assert by_name["short"]["cost"] < by_name["ref"]["cost"]  # fewer output tokens, per sample, from the log
     assert 0 < by_name["short"]["accuracy"] < 1
+    # slice_by a named Inspect metadata field: the samples' families, whose V add up to short's
+    project.grid(GRID.format(**logs) + "slice_by: family\n")
+    result = project.run("--redline-alpha=0.2", "--redline-full", "--redline-report=report.json")
+    (sliced,) = project.report()["slices"]
+    families = {p.meta["family"] for p in ArithmeticSuite(n=recorded_logs.N).prompts()}
+    assert sliced["by"] == "family" and set(sliced["slices"]) == families and len(families) > 1
+    assert sum(r["violations"] for r in sliced["rows"] if r["config"] == "short") == expected
 
 
 @pytest.mark.slow
