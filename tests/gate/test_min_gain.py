@@ -55,6 +55,7 @@ def test_reaches_is_exact_as_written(cost, lower, kind, min_gain, expected) -> N
         assert costbounds.gains_enough(fractions[1], fractions[0], lower, kind, min_gain) is expected[1]
 
 
+@pytest.mark.slow  # in-process pytester gate runs, two per case: 0.4-1.0 s CPU each, over the inner loop's budget
 @pytest.mark.parametrize(("ref", "small", "min_gain"), [("16.0", "6.4", "2.5"), ("4.5", "2.5", "1.8")])
 @pytest.mark.parametrize("bounds", ["", ", bounds: {memory_gb: constant}"], ids=["measured", "declared-constant"])
 def test_a_gain_of_exactly_min_gain_deploys_the_candidate_scheduled_and_full(
