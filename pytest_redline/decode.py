@@ -33,7 +33,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from pytest_redline import __version__, costbounds, registry
 from pytest_redline.batchrun import BatchRunner
 from pytest_redline.calibration import Calibration
-from pytest_redline.contracts import Generation, Prompt
+from pytest_redline.contracts import Generation, PartialBatch, Prompt
 from pytest_redline.enginebook import EngineBook
 from pytest_redline.schedule import EARLY_STOP, REFERENCE_WRONG, CandidateRun, Schedule, contenders
 from pytest_redline.scoring import engine_prompts, rescored, scoring_version, stop_identity, verdict
@@ -441,14 +441,22 @@ class Decoder:
         return True
 
     def _decode(self, config: str, batch: Batch, keys: list[str]) -> None:
-        prompts = [self.cal.prompts[i] for i in batch.prompts]
         engine_name, engine_args = self.cal.engines[config]
-        where = f"batch {batch.number} of config {config!r} ({_span(batch, prompts)})"
+        where = f"batch {batch.number} of config {config!r} ({_span(batch, [self.cal.prompts[i] for i in batch.prompts])})"
         bounds = self._bounds_of(config)  # declared before decoding
         start = time.monotonic()
+        missing: dict[int, BaseException] = {}  # prompt index -> why a partial batch has no answer for it
         try:
             engine = self.engines.get(engine_name, engine_args)
-            generations = self.runner.generate(engine, engine_prompts(self.cal, prompts), self.cal.params[config])
+            if getattr(engine, "batch_invariant", False):  # the batch changes no answer: send only what is missing
+                kept = [(i, k) for i, k in zip(batch.prompts, keys) if i not in self._outcomes[config]]
+                batch, keys = Batch(batch.number, tuple(i for i, _ in kept)), [k for _, k in kept]
+            prompts = [self.cal.prompts[i] for i in batch.prompts]
+            try:
+                generations = self.runner.generate(engine, engine_prompts(self.cal, prompts), self.cal.params[config])
+            except PartialBatch as e:  # keep every answer received
+                generations = [e.generations.get(j) for j in range(len(prompts))]
+                missing = {batch.prompts[j]: error for j, error in e.errors.items()}
             if len(generations) != len(prompts):
                 raise ValueError(f"returned {len(generations)} generations for {len(prompts)} prompts")
         except Exception as e:
@@ -463,6 +471,12 @@ class Decoder:
         for i, key, prompt, generation in zip(batch.prompts, keys, prompts, generations):
             if i in self._outcomes[config]:
                 continue  # stored before the batch was decoded again
+            if generation is None:
+                error = missing.get(i)
+                self._errors[(config, i)] = DecodeError(
+                    f"engine {engine_name!r} got no answer for prompt {prompt.id!r} on {where}: {type(error).__name__}: "
+                    f"{error}", short=f"engine {engine_name!r} got no answer for prompt {prompt.id!r} of config {config!r}")
+                continue
             try:
                 outcome = self._score(prompt, generation)
             except Exception as e:
