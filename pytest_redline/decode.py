@@ -30,7 +30,7 @@ import traceback
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from pytest_redline import __version__, costbounds, registry
+from pytest_redline import __version__, costbounds, pipeline, registry
 from pytest_redline.batchrun import BatchRunner
 from pytest_redline.calibration import Calibration
 from pytest_redline.contracts import Generation, PartialBatch, Prompt
@@ -294,7 +294,10 @@ class Decoder:
             self._get(config, [Batch(next(number), prompts)], tracker)
             return {i: self._outcomes[config][i].correct for i in prompts if i in self._outcomes[config]}
 
-        run = self.schedule.run(reference, fetch, regressed)
+        if pipeline.pipelined(self, config):  # batches sent ahead; the stop rule checked as they complete
+            run = pipeline.scheduled_run(self, config, reference, regressed, tracker)
+        else:
+            run = self.schedule.run(reference, fetch, regressed)
         tracker.finish(f", stopped: {run.stop}" if run.stop else "")
         return run
 
@@ -381,6 +384,11 @@ class Decoder:
         own = tracker is None
         if own:
             tracker = _Progress(self, config, sum(len(b.prompts) for b in batches), len(batches), what)
+        if pipeline.pipelined(self, config):  # an I/O-bound engine: every batch's requests at once
+            pipeline.decode_batches(self, config, batches, tracker)
+            if own:
+                tracker.finish()
+            return
         pending = list(batches)
         while True:
             for b in list(pending):
@@ -473,24 +481,37 @@ class Decoder:
                 continue  # stored before the batch was decoded again
             if generation is None:
                 error = missing.get(i)
-                self._errors[(config, i)] = DecodeError(
-                    f"engine {engine_name!r} got no answer for prompt {prompt.id!r} on {where}: {type(error).__name__}: "
-                    f"{error}", short=f"engine {engine_name!r} got no answer for prompt {prompt.id!r} of config {config!r}")
+                self._prompt_failed(config, i, f"engine {engine_name!r} got no answer for prompt {prompt.id!r} on {where}: "
+                                    f"{type(error).__name__}: {error}", "")
                 continue
-            try:
-                outcome = self._score(prompt, generation)
-            except Exception as e:
-                self._errors[(config, i)] = DecodeError(
-                    f"scoring prompt {prompt.id!r} of config {config!r} failed: {type(e).__name__}: {e}", traceback.format_exc()
-                )
-                continue
-            broken = bounds and costbounds.violation(bounds, outcome, next(iter(self._outcomes[config].values()), None))
-            if broken:  # an engine error: the run is partial; not stored, so a rerun decodes it again
-                self._errors[(config, i)] = DecodeError(
-                    f"engine {engine_name!r} broke its declared cost bounds on config {config!r}, prompt {prompt.id!r}: {broken}")
-                continue
-            self.store.put(key, outcome, grid=self.cal.grid.name, config=config, prompt=prompt.id)
-            self._outcomes[config][i] = outcome
+            self._accept(config, i, key, prompt, generation, engine_name, bounds)
+
+    def _accept(self, config: str, i: int, key: str, prompt: Prompt, generation: Generation, engine_name: str,
+                bounds: Any) -> None:
+        """Score one answer and store it, unless it cannot be scored or breaks its engine's bounds."""
+        try:
+            outcome = self._score(prompt, generation)
+        except Exception as e:
+            self._errors[(config, i)] = DecodeError(
+                f"scoring prompt {prompt.id!r} of config {config!r} failed: {type(e).__name__}: {e}", traceback.format_exc()
+            )
+            return
+        broken = bounds and costbounds.violation(bounds, outcome, next(iter(self._outcomes[config].values()), None))
+        if broken:  # an engine error: the run is partial; not stored, so a rerun decodes it again
+            self._errors[(config, i)] = DecodeError(
+                f"engine {engine_name!r} broke its declared cost bounds on config {config!r}, prompt {prompt.id!r}: {broken}")
+            return
+        self.store.put(key, outcome, grid=self.cal.grid.name, config=config, prompt=prompt.id)
+        self._outcomes[config][i] = outcome
+
+    def _prompt_failed(self, config: str, i: int, message: str, details: str) -> None:
+        """No outcome for prompt ``i``: an item error (a rerun decodes it again)."""
+        self._errors[(config, i)] = DecodeError(message, details, short=message.split(": ", 1)[0] if ": " in message else message)
+
+    def _config_failed(self, config: str, error: Exception) -> None:
+        """The config's engine failed to build, or its identity raised: every item is an error."""
+        self._config_errors.setdefault(config, DecodeError(
+            f"config {config!r}: {error}", traceback.format_exc(), short=f"config {config!r}: its engine failed to build"))
 
     def _score(self, prompt: Prompt, generation: Generation) -> StoredOutcome:
         if not isinstance(generation.text, str):

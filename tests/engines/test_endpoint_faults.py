@@ -57,10 +57,12 @@ def test_a_status_not_worth_retrying_fails_at_once_with_its_real_attempt_count()
 
 
 def test_a_true_length_stop_is_an_answer_and_asks_the_server_for_usage():
-    with FakeOpenAI({"q0": "x" * 8}) as fake:
+    with FakeOpenAI(ANSWERS) as fake:
+        fake.faults = {"q0": ["length"]}
         [answer] = _engine(fake).generate(PROMPTS[:1], {"max_tokens": 8})
         body = fake.bodies[0]
-    assert answer.text == "x" * 8 and answer.tokens == 8 and answer.extra["output_tokens"] == 8.0
+    assert answer.text == "answer 0" and answer.finish_reason == "length" and answer.tokens == 8
+    assert fake.attempts["q0"] == 1 and answer.extra["output_tokens"] == 8.0
     assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
 
 

@@ -29,8 +29,9 @@ from typing import Mapping, Sequence
 
 # what an attempt can suffer: an HTTP status (with Retry-After), a dropped connection, a stream cut
 # short, malformed JSON, an empty choices list, a choice without text, a length stop below the
-# limit, silence until the client gives up, a stream that stalls after its first event
-FAULTS = ("500", "503", "429", "400", "drop", "cut", "malformed", "empty", "notext", "short", "hang", "stall")
+# limit, silence until the client gives up, a stream that stalls after its first event ("length"
+# is no fault: a true length stop, usage at the limit)
+FAULTS = ("length", "500", "503", "429", "400", "drop", "cut", "malformed", "empty", "notext", "short", "hang", "stall")
 
 
 class FakeOpenAI:
@@ -187,9 +188,12 @@ class FakeOpenAI:
                 for stop in body.get("stop") or ():
                     if stop in text:  # like transformers serve: the stop string stays in the text
                         text = text[: text.index(stop) + len(stop)]
-                finish, tokens = "stop", len(text)
+                limit = int(body.get("max_tokens", 256))
+                finish, tokens = "stop", min(len(text.split()), limit)  # a token per word
                 if fault == "short":
-                    finish, tokens = "length", max(0, min(tokens, int(body.get("max_tokens", 2)) - 1))
+                    finish, tokens = "length", max(0, min(tokens, limit - 1))
+                if fault == "length":  # a true length stop: not a fault
+                    finish, tokens = "length", limit
                 if not body.get("stream"):
                     self._whole(text, finish, tokens, fault)
                 else:

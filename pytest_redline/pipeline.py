@@ -1,0 +1,221 @@
+"""The request pipeline of an I/O-bound engine (``io_bound``, with ``async complete``).
+
+Such an engine's requests wait on a server, so instead of one ``generate`` call per batch, each
+prompt is one request and ``concurrency`` of them are kept in flight across a config's batches:
+
+- :func:`decode_batches` sends every missing prompt of the given batches at once (the reference,
+  a full run's config, the prompts a contender skipped);
+- :func:`scheduled_run` follows the candidate's schedule exactly as
+  :meth:`~pytest_redline.schedule.Schedule.run` does, but sends its batches ahead, as many as
+  keep the pool full: the stop rule is checked as batches complete, in the schedule's order, so
+  the prompts it ran, its stop and its violations are the serial run's. Requests past the stop
+  are not sent, or cancelled (their connections close); answers already received are stored,
+  and may make the config's decoded prompts more than the serial run's.
+
+Configs go one after another, so they never share a server at once. Under xdist a process holds
+the server's lease (``server:`` and the endpoint's URLs, in the outcome store) while it sends a
+config's requests, so the session as a whole keeps at most ``concurrency`` in flight on a
+server, and one config at a time. Every answer is stored as it arrives; one failed request loses
+no other answer. The grid's ``timeout`` bounds each request.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import traceback
+from typing import TYPE_CHECKING, Any, Sequence
+
+from pytest_redline.schedule import CandidateRun
+from pytest_redline.scoring import engine_prompts
+from pytest_redline.store import content_key
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pytest_redline.decode import Batch, Decoder, _Progress
+
+
+def pipelined(decoder: "Decoder", config: str) -> bool:
+    """Whether the config's engine is I/O-bound: its requests go through the pipeline."""
+    from pytest_redline import registry
+
+    name, _ = decoder.cal.engines[config]
+    try:
+        factory = registry.factory(registry.ENGINES, name)
+    except Exception:  # reported where the engine is built
+        return False
+    return bool(getattr(factory, "io_bound", False)) and hasattr(factory, "complete")
+
+
+class _Config:
+    """One config's requests: its engine (built on the first request), its slots and its store."""
+
+    def __init__(self, decoder: "Decoder", config: str, tracker: "_Progress") -> None:
+        self.d, self.config, self.tracker = decoder, config, tracker
+        self.engine_name, self.engine_args = decoder.cal.engines[config]
+        self.params = decoder.cal.params[config]
+        self.engine: Any = None
+        self.slots: asyncio.Semaphore | None = None
+        self.pending = 0  # prompts sent or queued, not answered yet
+        self.server_lease: str | None = None
+        self.bounds = None
+        self.on_done = lambda: None
+        self._ready: asyncio.Future | None = None
+
+    async def _engine(self) -> Any:
+        """The engine, built by the first request, which also takes the server's lease."""
+        if self._ready is None:
+            self._ready = asyncio.ensure_future(self._build())
+        return await asyncio.shield(self._ready)
+
+    async def _build(self) -> Any:
+        engine = self.d.engines.get(self.engine_name, self.engine_args)
+        self.slots = asyncio.Semaphore(int(getattr(engine, "concurrency", 1)))
+        self.bounds = self.d._bounds_of(self.config)
+        self.engine = engine
+        await self._take_server()
+        return engine
+
+    async def _take_server(self) -> None:
+        """The server's lease: one process and one config at a time on a server, session-wide."""
+        urls = getattr(self.engine, "urls", None) or [str(self.engine_args.get("base_url", self.engine_name))]
+        lease = "server:" + json.dumps(sorted(map(str, urls)))
+        while not self.d.store.take_lease(lease):
+            await asyncio.sleep(self.d.poll_s)
+        self.server_lease = lease
+
+    def release(self) -> None:
+        if self.server_lease is not None:
+            self.d.store.release(self.server_lease)
+            self.server_lease = None
+
+    async def batch(self, batch: "Batch") -> None:
+        """Load the batch, or decode its missing prompts under its lease."""
+        d, config = self.d, self.config
+        try:
+            keys = d._keys(config, batch)
+        except Exception as e:
+            d._config_failed(config, e)
+            return
+        d._warn_shared_keys(config, keys)
+        lease = "batch:" + content_key({"keys": keys})
+        while True:
+            if d._load(config, batch, keys):
+                self.tracker.step(len(batch.prompts), decoded=False)
+                return
+            if d.store.take_lease(lease):
+                break
+            await asyncio.sleep(d.poll_s)  # another process decodes it
+        try:
+            if d._load(config, batch, keys):
+                self.tracker.step(len(batch.prompts), decoded=False)
+                return
+            missing = [(i, k) for i, k in zip(batch.prompts, keys) if i not in d._outcomes[config]]
+            prompts = engine_prompts(d.cal, [d.cal.prompts[i] for i, _ in missing])
+            self.pending += len(missing)
+            await asyncio.gather(*(self._prompt(i, k, p, batch) for (i, k), p in zip(missing, prompts)))
+        finally:
+            d.store.release(lease)
+        self.tracker.step(len(batch.prompts), decoded=True)
+
+    async def _prompt(self, index: int, key: str, prompt, batch: "Batch") -> None:
+        d, config = self.d, self.config
+        where = f"prompt {prompt.id!r} of config {config!r}"
+        try:
+            try:
+                engine = await self._engine()
+            except Exception as e:
+                d._config_failed(config, e)
+                return
+            async with self.slots:
+                start = time.monotonic()
+                try:
+                    generation = await asyncio.wait_for(engine.complete(prompt, self.params), d.cal.grid.timeout)
+                except asyncio.TimeoutError:
+                    d._prompt_failed(config, index, f"engine {self.engine_name!r} timed out on {where}: timed out after "
+                                     f"{d.cal.grid.timeout:g} s (grid key timeout)", "")
+                    return
+                except Exception as e:
+                    d._prompt_failed(config, index, f"engine {self.engine_name!r} failed on {where}: {type(e).__name__}: {e}",
+                                     traceback.format_exc())
+                    return
+                finally:
+                    d.config_seconds[config] = d.config_seconds.get(config, 0.0) + time.monotonic() - start
+            d._accept(config, index, key, d.cal.prompts[index], generation, self.engine_name, self.bounds)
+        finally:
+            self.pending -= 1
+            self.on_done()
+
+
+def _run(coroutine_of, run: _Config):
+    """Run on a loop of its own; on any exit, cancel what is left (closing its connections) and
+    hand the server back."""
+    loop = asyncio.new_event_loop()
+    tasks: list[asyncio.Future] = []
+    try:
+        return loop.run_until_complete(coroutine_of(tasks))
+    finally:
+        run.on_done = lambda: None  # nothing more is sent
+        try:
+            for task in tasks:
+                task.cancel()
+            loop.run_until_complete(_drain(tasks, run))
+        finally:
+            loop.close()
+            run.release()
+
+
+async def _drain(tasks: list, run: _Config) -> None:
+    await asyncio.gather(*tasks, *([run._ready] if run._ready is not None else []), return_exceptions=True)
+    if run.engine is not None and hasattr(run.engine, "aclose"):
+        await run.engine.aclose()
+
+
+def decode_batches(decoder: "Decoder", config: str, batches: Sequence["Batch"], tracker: "_Progress") -> None:
+    """Every missing prompt of ``batches``, ``concurrency`` in flight, each stored as it arrives."""
+    run = _Config(decoder, config, tracker)
+
+    async def main(tasks: list) -> None:
+        tasks.extend(asyncio.ensure_future(run.batch(b)) for b in batches)
+        await asyncio.gather(*tasks)
+
+    _run(main, run)
+
+
+def scheduled_run(decoder: "Decoder", config: str, reference: Sequence[bool], regressed: set[int],
+                  tracker: "_Progress") -> CandidateRun:
+    """:meth:`Schedule.run`'s walk over the candidate's batches, with batches sent ahead."""
+    from pytest_redline.decode import Batch
+
+    schedule, outcomes = decoder.schedule, decoder._outcomes[config]
+    batches = schedule.visiting(reference, regressed)
+    run = _Config(decoder, config, tracker)
+    size = decoder.batch_size
+
+    async def main(tasks: list) -> CandidateRun:
+        current = [0]
+
+        def fill() -> None:  # keep the pool full: batches ahead until twice the slots are pending
+            slots = int(getattr(run.engine, "concurrency", size)) if run.engine is not None else size
+            while len(tasks) < len(batches) and (len(tasks) <= current[0] or run.pending < 2 * slots):
+                k = len(tasks)
+                tasks.append(asyncio.ensure_future(run.batch(Batch(k + 1, batches[k]))))
+                if run.engine is None:
+                    break  # the first request builds the engine; it says how many slots to fill
+
+        run.on_done = fill
+        unknown = sum(len(b) for b in batches)
+        violations, ran = 0, []
+        for k, batch in enumerate(batches):
+            stop = schedule.rule.decide(violations, unknown)
+            if stop is not None and ran:
+                return CandidateRun(tuple(ran), stop, violations, unknown)
+            current[0] = k
+            fill()
+            await tasks[k]
+            results = {i: outcomes[i].correct for i in batch if i in outcomes}
+            ran += batch
+            unknown -= sum(i in results for i in batch)
+            violations += sum(results.get(i) is False for i in batch)
+        return CandidateRun(tuple(ran), None, violations, unknown)
+
+    return _run(main, run)
