@@ -34,6 +34,11 @@ from typing import Mapping, Sequence
 FAULTS = ("length", "500", "503", "429", "400", "drop", "cut", "malformed", "empty", "notext", "short", "hang", "stall")
 
 
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 1024  # the listen backlog: a burst of connections must not wait for SYN retries
+
+
 class FakeOpenAI:
     def __init__(self, answers: Mapping[str, str], model: str = "fake-model", health: bool = True,
                  certfile: str | None = None) -> None:
@@ -44,6 +49,7 @@ class FakeOpenAI:
         self.faults: dict[str, list[str]] = {}  # prompt -> the fault of each attempt, in order
         self.retry_after = "1"  # the Retry-After of a 429
         self.latency_s = self.per_token_s = 0.0
+        self.respond = None  # (request body, the table's answer) -> the answer to send
         self.completions = 0
         self.authorizations: list[str] = []
         self.headers: list[dict[str, str]] = []
@@ -55,9 +61,7 @@ class FakeOpenAI:
         self.peak_configs = 0
         self._configs: Counter = Counter()
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._server.daemon_threads = True
-        self._server.request_queue_size = 1024
+        self._server = _Server(("127.0.0.1", 0), self._handler())
         if certfile:
             context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
             context.load_cert_chain(certfile)
@@ -169,6 +173,8 @@ class FakeOpenAI:
                         self.connection.shutdown(2)
                         return
                     text = fake.answers.get(prompt, "no idea")
+                    if fake.respond is not None:  # a test's own answer for this request, by its body
+                        text = fake.respond(body, text)
                     wait = fake.hang_s + fake.latency_s + fake.per_token_s * len(text)
                     if fault == "hang":
                         wait = 3600.0
