@@ -9,8 +9,9 @@ prompt is one request and ``concurrency`` of them are kept in flight across a co
   :meth:`~pytest_redline.schedule.Schedule.run` does, but sends its batches ahead, as many as
   keep the pool full: the stop rule is checked as batches complete, in the schedule's order, so
   the prompts it ran, its stop and its violations are the serial run's. Requests past the stop
-  are not sent, or cancelled (their connections close); answers already received are stored,
-  and may make the config's decoded prompts more than the serial run's.
+  are not sent; those already sent finish and are stored (so no other process sends them again),
+  and may make the config's decoded prompts more than the serial run's. An interruption (Ctrl-C,
+  an error) cancels every request, closing its connection.
 
 Configs go one after another, so they never share a server at once. Under xdist a process holds
 the server's lease (``server:`` and the endpoint's URLs, in the outcome store) while it sends a
@@ -60,6 +61,7 @@ class _Config:
         self.bounds = None
         self.on_done = lambda: None
         self._ready: asyncio.Future | None = None
+        self.in_flight: set[asyncio.Future] = set()  # requests sent, not answered yet
 
     async def _engine(self) -> Any:
         """The engine, built by the first request, which also takes the server's lease."""
@@ -97,14 +99,17 @@ class _Config:
             d._config_failed(config, e)
             return
         d._warn_shared_keys(config, keys)
+        if d._load(config, batch, keys):
+            self.tracker.step(len(batch.prompts), decoded=False)
+            return
+        try:  # the server's lease before the batch's: a process holds a batch's only while it holds the server's
+            await self._engine()
+        except Exception as e:
+            d._config_failed(config, e)
+            return
         lease = "batch:" + content_key({"keys": keys})
-        while True:
-            if d._load(config, batch, keys):
-                self.tracker.step(len(batch.prompts), decoded=False)
-                return
-            if d.store.take_lease(lease):
-                break
-            await asyncio.sleep(d.poll_s)  # another process decodes it
+        while not d.store.take_lease(lease):
+            await asyncio.sleep(d.poll_s)  # a process that died with it: its lease is taken over
         try:
             if d._load(config, batch, keys):
                 self.tracker.step(len(batch.prompts), decoded=False)
@@ -118,45 +123,57 @@ class _Config:
         self.tracker.step(len(batch.prompts), decoded=True)
 
     async def _prompt(self, index: int, key: str, prompt, batch: "Batch") -> None:
-        d, config = self.d, self.config
-        where = f"prompt {prompt.id!r} of config {config!r}"
+        """Wait for a slot, then send. A stop cancels a request still waiting; one already sent
+        is shielded from it and finishes (its answer is stored), unless the run is interrupted."""
         try:
             try:
                 engine = await self._engine()
             except Exception as e:
-                d._config_failed(config, e)
+                self.d._config_failed(self.config, e)
                 return
             async with self.slots:
-                start = time.monotonic()
-                try:
-                    generation = await asyncio.wait_for(engine.complete(prompt, self.params), d.cal.grid.timeout)
-                except asyncio.TimeoutError:
-                    d._prompt_failed(config, index, f"engine {self.engine_name!r} timed out on {where}: timed out after "
-                                     f"{d.cal.grid.timeout:g} s (grid key timeout)", "")
-                    return
-                except Exception as e:
-                    d._prompt_failed(config, index, f"engine {self.engine_name!r} failed on {where}: {type(e).__name__}: {e}",
-                                     traceback.format_exc())
-                    return
-                finally:
-                    d.config_seconds[config] = d.config_seconds.get(config, 0.0) + time.monotonic() - start
-            d._accept(config, index, key, d.cal.prompts[index], generation, self.engine_name, self.bounds)
+                sent = asyncio.ensure_future(self._request(engine, index, key, prompt))
+                self.in_flight.add(sent)
+                sent.add_done_callback(self.in_flight.discard)
+                await asyncio.shield(sent)
         finally:
             self.pending -= 1
             self.on_done()
 
+    async def _request(self, engine: Any, index: int, key: str, prompt) -> None:
+        d, config = self.d, self.config
+        where = f"prompt {prompt.id!r} of config {config!r}"
+        start = time.monotonic()
+        try:
+            generation = await asyncio.wait_for(engine.complete(prompt, self.params), d.cal.grid.timeout)
+        except asyncio.TimeoutError:
+            d._prompt_failed(config, index, f"engine {self.engine_name!r} timed out on {where}: timed out after "
+                             f"{d.cal.grid.timeout:g} s (grid key timeout)", "")
+            return
+        except Exception as e:
+            d._prompt_failed(config, index, f"engine {self.engine_name!r} failed on {where}: {type(e).__name__}: {e}",
+                             traceback.format_exc())
+            return
+        finally:
+            d.config_seconds[config] = d.config_seconds.get(config, 0.0) + time.monotonic() - start
+        d._accept(config, index, key, d.cal.prompts[index], generation, self.engine_name, self.bounds)
+
 
 def _run(coroutine_of, run: _Config):
-    """Run on a loop of its own; on any exit, cancel what is left (closing its connections) and
-    hand the server back."""
+    """Run on a loop of its own, then cancel what was not sent and wait for what was (a stop), or
+    cancel everything, closing its connections (an interruption: Ctrl-C, an error); hand the
+    server back."""
     loop = asyncio.new_event_loop()
     tasks: list[asyncio.Future] = []
+    interrupted = True
     try:
-        return loop.run_until_complete(coroutine_of(tasks))
+        result = loop.run_until_complete(coroutine_of(tasks))
+        interrupted = False
+        return result
     finally:
         run.on_done = lambda: None  # nothing more is sent
         try:
-            for task in tasks:
+            for task in [*tasks, *(run.in_flight if interrupted else ())]:
                 task.cancel()
             loop.run_until_complete(_drain(tasks, run))
         finally:
@@ -165,7 +182,8 @@ def _run(coroutine_of, run: _Config):
 
 
 async def _drain(tasks: list, run: _Config) -> None:
-    await asyncio.gather(*tasks, *([run._ready] if run._ready is not None else []), return_exceptions=True)
+    ready = [run._ready] if run._ready is not None else []
+    await asyncio.gather(*tasks, *ready, *list(run.in_flight), return_exceptions=True)
     if run.engine is not None and hasattr(run.engine, "aclose"):
         await run.engine.aclose()
 

@@ -41,7 +41,7 @@ def grid(folder: Path, base_url: str, configs: str = CONFIGS, engine_extra: str 
 
 def stored_texts(folder: Path) -> list[tuple[str, str]]:
     """(config, text) of every stored outcome."""
-    [path] = folder.rglob("outcomes.sqlite")
+    [path] = (folder / "store").rglob("outcomes.sqlite")
     with sqlite3.connect(path) as db:
         return list(db.execute("SELECT config, text FROM outcomes"))
 
@@ -83,3 +83,48 @@ def test_a_candidate_prompt_that_faults_for_good_is_an_item_error_and_a_rerun_de
     assert second.ret == 0, second.stdout.str()[-3000:]
     assert resent == {faulty: 1}  # exactly the missing prompt
     assert report(pytester)["outcomes"]["decoded"] == 1
+
+
+def verdict(pytester) -> dict:
+    data = report(pytester)
+    keep = ("name", "valid", "violations", "status", "stopped", "violations_bound")
+    return {"certified": data["certified"], "deploy": data.get("deploy"), "skipped": data.get("skipped"),
+            "configs": [{k: c.get(k) for k in keep} for c in data["configs"]]}
+
+
+def wrong_on(answers, reference_wrong: int, candidate_wrong: int):
+    """The reference (no seed) wrong on the first prompts, the candidate on a few others."""
+    names = sorted(answers)
+    ref, cand = set(names[:reference_wrong]), set(names[-candidate_wrong:]) if candidate_wrong else set()
+    return lambda body, text: "no idea" if body.get("prompt") in (cand if body.get("seed") else ref) else text
+
+
+@pytest.mark.slow  # nine in-process gate runs: about 12 s
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_reference_fault_never_certifies_what_the_healthy_run_would_not(pytester, run_gate, answers, seed):
+    import random
+
+    rng = random.Random(seed)
+    respond = wrong_on(answers, 2, 1)
+    with FakeOpenAI(answers) as healthy:
+        healthy.respond = respond
+        grid(pytester.path, healthy.base_url)
+        gate(run_gate, "--redline-cache-dir=healthy")
+    expected = verdict(pytester)
+    faulty = rng.sample(sorted(answers), rng.randint(1, 4))
+    with FakeOpenAI(answers) as fake:
+        fake.respond, fake.retry_after = respond, "0"
+        fault = rng.choice(["empty", "notext", "malformed", "503", "drop"])
+        fake.faults = {p: [fault, fault] for p in faulty}  # both of the reference's attempts
+        grid(pytester.path, fake.base_url)
+        first = gate(run_gate)
+    assert first.ret == 1 and report(pytester)["certified"] is False
+    stored = stored_texts(pytester.path)
+    assert not any(c == "greedy" and t not in set(answers.values()) | {"no idea"} for c, t in stored)
+    assert sum(c == "greedy" for c, _ in stored) == N - len(faulty)  # no fault stored as a (wrong) answer
+    with FakeOpenAI(answers) as back:
+        back.respond = respond
+        grid(pytester.path, back.base_url)
+        second = gate(run_gate)
+    assert second.ret == (0 if expected["certified"] else 1)
+    assert verdict(pytester) == expected

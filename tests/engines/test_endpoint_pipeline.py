@@ -85,3 +85,26 @@ def test_the_pipelined_verdict_is_the_serial_one(pytester, run_gate, answers, mo
     assert verdicts["pipelined"] == verdicts["serial"]
     assert any(c["stopped"] for c in verdicts["serial"]["configs"]), verdicts  # a candidate stopped early: it is tested
     assert set(sent["serial"]) <= set(sent["pipelined"])  # past a stop, the pipeline may have sent more
+
+
+@pytest.mark.slow  # two xdist workers in a subprocess: about 15 s of wall
+def test_under_xdist_the_session_keeps_concurrency_and_one_config_at_a_time_and_sends_nothing_twice(pytester, run_gate, answers):
+    with FakeOpenAI(answers) as fake:
+        fake.latency_s = 0.02
+        fake.respond = respond(answers)
+        grid(pytester.path, fake.base_url, concurrency=6, batch_size=4)
+        run_gate("--redline-alpha=0.3", "--redline-grid=endpoint.yaml", "--redline-report=report.json",
+                 "--redline-cache-dir=serial")
+        serial = verdict(pytester)
+    with FakeOpenAI(answers) as fake:
+        fake.latency_s = 0.02
+        fake.respond = respond(answers)
+        grid(pytester.path, fake.base_url, concurrency=6, batch_size=4)
+        result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2", "--dist", "loadscope",
+                                               "--redline-alpha=0.3", "--redline-grid=endpoint.yaml",
+                                               "--redline-report=report.json", "--redline-cache-dir=xdist")
+        peak, configs, sent = fake.peak, fake.peak_configs, per_config(fake)
+    assert "2 workers" in result.stdout.str(), result.stdout.str()[-3000:]
+    assert peak <= 6 and configs == 1  # the whole session: concurrency, and one config at a time on the server
+    assert set(sent.values()) == {1}  # no request twice
+    assert verdict(pytester) == serial
