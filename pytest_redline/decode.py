@@ -295,7 +295,7 @@ class Decoder:
             return {i: self._outcomes[config][i].correct for i in prompts if i in self._outcomes[config]}
 
         if pipeline.pipelined(self, config):  # batches sent ahead; the stop rule checked as they complete
-            run = pipeline.scheduled_run(self, config, reference, regressed, tracker)
+            run = pipeline.scheduled_run(self, config, reference, regressed, tracker, Batch)
         else:
             run = self.schedule.run(reference, fetch, regressed)
         tracker.finish(f", stopped: {run.stop}" if run.stop else "")

@@ -25,14 +25,15 @@ import asyncio
 import json
 import time
 import traceback
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
 
 from pytest_redline.schedule import CandidateRun
 from pytest_redline.scoring import engine_prompts
 from pytest_redline.store import content_key
 
-if TYPE_CHECKING:  # pragma: no cover
-    from pytest_redline.decode import Batch, Decoder, _Progress
+# The decode stage passes itself in (a Decoder, its Batch class and its progress tracker);
+# this module does not import it.
+Decoder = Batch = _Progress = Any
 
 
 def pipelined(decoder: "Decoder", config: str) -> bool:
@@ -200,10 +201,9 @@ def decode_batches(decoder: "Decoder", config: str, batches: Sequence["Batch"], 
 
 
 def scheduled_run(decoder: "Decoder", config: str, reference: Sequence[bool], regressed: set[int],
-                  tracker: "_Progress") -> CandidateRun:
-    """:meth:`Schedule.run`'s walk over the candidate's batches, with batches sent ahead."""
-    from pytest_redline.decode import Batch
-
+                  tracker: "_Progress", Batch: type) -> CandidateRun:
+    """:meth:`Schedule.run`'s walk over the candidate's batches, with batches sent ahead
+    (``Batch``: the decode stage's batch class)."""
     schedule, outcomes = decoder.schedule, decoder._outcomes[config]
     batches = schedule.visiting(reference, regressed)
     run = _Config(decoder, config, tracker)
