@@ -60,7 +60,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         folder = make_tiny_checkpoints.llada2(Path(tmp) / "llada2", base=100, vocab_size=1024, std=0.05, **SHAPE)
-        ours, _ = checkpoints.load(checkpoints.inspect(folder), "cpu", "float32")
+        ours, _ = checkpoints.load(checkpoints.read_checkpoint(folder), "cpu", "float32")
         peer = peers_llada2.peer_model(folder, "2.0", torch.float32)
     ids = torch.randint(0, 100, (BATCH, LENGTH), generator=torch.Generator().manual_seed(0))
     pos = torch.arange(LENGTH).expand(BATCH, -1)

@@ -35,7 +35,7 @@ import json, resource, sys
 import torch
 from pytest_redline.engines import checkpoints, llada2_load, llada2_model
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-model, tokenizer = checkpoints.load(checkpoints.inspect(sys.argv[1]), "cpu", "bfloat16")
+model, tokenizer = checkpoints.load(checkpoints.read_checkpoint(sys.argv[1]), "cpu", "bfloat16")
 after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 dtypes = sorted({str(t.dtype) for t in model.state_dict().values()})
 print(json.dumps({"before_kib": before, "after_kib": after, "dtypes": dtypes}))

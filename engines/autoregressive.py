@@ -18,7 +18,7 @@ number of the tokens it fed, so the batch is stored as left-padded rows that may
 - Attention uses an explicit 4-D additive mask: a query attends the valid keys at positions up to
   its own (``modeling.block_mask`` over positions: causal). Position ids count from 0 at each
   row's first token, as in training (no BOS).
-- :func:`greedy` is plain greedy decoding on a :class:`RowCache`; :class:`Request` keeps one
+- :func:`greedy` is plain greedy decoding on a :class:`RowCache`; :class:`ARRequest` keeps one
   prompt's tokens and stops at the first EOS, at the first of the prompt's stop strings
   (``Prompt.stop``: the text before it is returned, the tokens through it counted) or at
   ``max_new_tokens``.
@@ -40,7 +40,7 @@ __getattr__ = moved(__name__, ("encode", "eos_ids", "set_threads"), "pytest_redl
 
 
 @dataclass
-class Request:
+class ARRequest:
     """One prompt's tokens; ``output`` is what follows the prompt, cut after the first EOS.
 
     With ``stop`` strings (``Prompt.stop``) and ``decode`` (ids -> text), the request also ends
@@ -95,19 +95,19 @@ class Request:
 
     def _decoded(self) -> str:
         if self.decode is None:
-            raise ValueError("Request.decode is needed for text and stop strings")
+            raise ValueError("ARRequest.decode is needed for text and stop strings")
         return self.decode([t for t in self.output if t not in self.eos])
 
 
 def new_request(tokenizer, prompt: Prompt, max_new_tokens: int, eos: frozenset[int], engine: str,
-                plain_ids: Sequence[int] | None = None) -> Request:
+                plain_ids: Sequence[int] | None = None) -> ARRequest:
     """The request for ``prompt``: its encoded ids (see :func:`common.encode`), the token limit, and its stop strings."""
     ids = common.encode(tokenizer, prompt, engine, plain_ids)
     decode = lambda ids: tokenizer.decode(ids, skip_special_tokens=False)  # noqa: E731
-    return Request(tokens=ids, prompt_len=len(ids), limit=len(ids) + max_new_tokens, eos=eos, stop=tuple(prompt.stop), decode=decode)
+    return ARRequest(tokens=ids, prompt_len=len(ids), limit=len(ids) + max_new_tokens, eos=eos, stop=tuple(prompt.stop), decode=decode)
 
 
-def new_requests(tokenizer, prompts: Sequence[Prompt], max_new_tokens: int, eos: frozenset[int], engine: str) -> list[Request]:
+def new_requests(tokenizer, prompts: Sequence[Prompt], max_new_tokens: int, eos: frozenset[int], engine: str) -> list[ARRequest]:
     """:func:`new_request` for every prompt; the prompts tokenized as plain text are tokenized in
     one batch call (the same ids, for a fraction of the per-call cost)."""
     templated = bool(getattr(tokenizer, "chat_template", None))
@@ -116,7 +116,7 @@ def new_requests(tokenizer, prompts: Sequence[Prompt], max_new_tokens: int, eos:
     return [new_request(tokenizer, p, max_new_tokens, eos, engine, ids.get(i)) for i, p in enumerate(prompts)]
 
 
-def generation(req: Request, extra: Mapping[str, float]) -> Generation:
+def generation(req: ARRequest, extra: Mapping[str, float]) -> Generation:
     """The request's Generation: text before any stop string, tokens and forwards through the cut."""
     return Generation(text=req.text, tokens=len(req.output), forwards=req.counts.get("forwards", 0), extra=dict(extra),
                       finish_reason=req.finish_reason)
@@ -433,7 +433,7 @@ def only_tokens(logits: torch.Tensor, tokens: int) -> torch.Tensor:
 
 
 @torch.no_grad()
-def greedy(model, requests: Sequence[Request], pad_id: int, recompute: bool = False, row_cache=None, tokens: int | None = None) -> None:
+def greedy(model, requests: Sequence[ARRequest], pad_id: int, recompute: bool = False, row_cache=None, tokens: int | None = None) -> None:
     """Greedy decoding of ``requests`` as one batch, in place; counts ``forwards`` per request.
 
     The first forward is the prefill (it yields the first token); each later one feeds the last

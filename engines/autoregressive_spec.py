@@ -43,16 +43,16 @@ class SpecConfig:
             if isinstance(values[key], bool) or not isinstance(values[key], int) or values[key] < 1:
                 raise ConfigError(key, f"speculative: {key}: expected int >= 1, got {values[key]!r}")
         if values["posterior_alpha"] is None:
-            values["posterior_alpha"] = _number(values, "posterior_threshold", 0.0, 1.0) ** 0.5
-        _number(values, "posterior_threshold", 0.0, 1.0)
-        _number(values, "posterior_alpha", 0.0, math.inf)
-        _number(values, "temperature", 0.0, math.inf)
+            values["posterior_alpha"] = _checked_number(values, "posterior_threshold", 0.0, 1.0) ** 0.5
+        _checked_number(values, "posterior_threshold", 0.0, 1.0)
+        _checked_number(values, "posterior_alpha", 0.0, math.inf)
+        _checked_number(values, "temperature", 0.0, math.inf)
         if not isinstance(values["use_cache"], bool):
             raise ConfigError("use_cache", f"speculative: use_cache: expected true or false, got {values['use_cache']!r}")
         return cls(**values)
 
 
-def _number(values: Mapping[str, Any], key: str, low: float, high: float) -> float:
+def _checked_number(values: Mapping[str, Any], key: str, low: float, high: float) -> float:
     value = values[key]
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
         raise ConfigError(key, f"speculative: {key}: expected a number in [{low}, {high}], got {value!r}")

@@ -72,7 +72,7 @@ from pytest_redline.engines.common import encode, eos_ids, set_threads
 from pytest_redline.engines.diffusion_spec import BlockDiffusionSpec, DecodeConfig
 
 @dataclass
-class Request:
+class BlockRequest:
     """One prompt's decoding state. Blocks are indices into ``tokens`` (block b = [bB, (b+1)B)).
 
     Statuses: blocks below ``cached // B`` are IN_CACHE, those in ``[cached, final)`` TO_CACHE,
@@ -110,7 +110,7 @@ class BlockDiffusionEngine(BlockDiffusionSpec):
     ``threads`` sets torch's intra-op threads (see ``common.set_threads``). Its name,
     config, rules version and model-free methods are in ``diffusion_spec.BlockDiffusionSpec``."""
 
-    Request = Request
+    Request = BlockRequest
 
     def __init__(
         self,
@@ -126,7 +126,7 @@ class BlockDiffusionEngine(BlockDiffusionSpec):
         set_threads(threads, self.name)
         self.path = Path(model) if model is not None else runtime.EMBEDDED_MODEL
         # what the checkpoint declares (family, block size, mask id), then its stock-class loader
-        self.checkpoint = checkpoints.inspect(self.path, mask_token_id, eos_token_id)
+        self.checkpoint = checkpoints.read_checkpoint(self.path, mask_token_id, eos_token_id)
         self.model, self.tokenizer = checkpoints.load(self.checkpoint, device, dtype, trust_remote_code)
         self.device = next(self.model.parameters()).device
         self.dtype = next(self.model.parameters()).dtype
@@ -205,7 +205,7 @@ class BlockDiffusionEngine(BlockDiffusionSpec):
             step += 1
         return [self._generation(req, cfg) for req in requests], trace
 
-    def new_request(self, prompt: Prompt, cfg: DecodeConfig) -> Request:
+    def new_request(self, prompt: Prompt, cfg: DecodeConfig) -> BlockRequest:
         """A request's initial state (the schedule's initial statuses)."""
         ids = encode(self.tokenizer, prompt, self.name)
         limit = len(ids) + cfg.max_new_tokens
@@ -219,7 +219,7 @@ class BlockDiffusionEngine(BlockDiffusionSpec):
 
     # -- the block life cycle ---------------------------------------------------------------
 
-    def admit(self, req: Request, cfg: DecodeConfig) -> list[int]:
+    def admit(self, req: BlockRequest, cfg: DecodeConfig) -> list[int]:
         """Admission (scheduler): at most one block per step joins the window (see the docstring)."""
         B = cfg.block_size
         nxt = req.active[-1] + 1 if req.active else req.final // B
@@ -241,7 +241,7 @@ class BlockDiffusionEngine(BlockDiffusionSpec):
         req.active.append(nxt)
         return [nxt]
 
-    def step(self, req: Request, cfg: DecodeConfig) -> Step:
+    def step(self, req: BlockRequest, cfg: DecodeConfig) -> Step:
         """The forward: the uncached final prefix (TO_CACHE), the ACTIVE blocks, the placeholders;
         reads the masked positions of the ACTIVE blocks."""
         B = cfg.block_size
@@ -266,7 +266,7 @@ class BlockDiffusionEngine(BlockDiffusionSpec):
         ]
         return Step(queries, reads, req.final)
 
-    def commit(self, req: Request, reads: Reads, cfg: DecodeConfig) -> list[tuple[int, int]]:
+    def commit(self, req: BlockRequest, reads: Reads, cfg: DecodeConfig) -> list[tuple[int, int]]:
         """The sampler: threshold, else top-1 when the predecessor is semi-complete or final."""
         committed = []
         for i, b in enumerate(req.active):
@@ -283,7 +283,7 @@ class BlockDiffusionEngine(BlockDiffusionSpec):
             committed += chosen
         return committed
 
-    def retire(self, req: Request, cfg: DecodeConfig) -> list[int]:
+    def retire(self, req: BlockRequest, cfg: DecodeConfig) -> list[int]:
         """Cache entry, front to back (complete blocks behind final ones become final), then the
         finishing rule of the schedule."""
         B = cfg.block_size
@@ -305,22 +305,22 @@ class BlockDiffusionEngine(BlockDiffusionSpec):
 
     # -- helpers the life cycle shares ------------------------------------------------------
 
-    def progress(self, req: Request, block: int, block_size: int) -> float:
+    def progress(self, req: BlockRequest, block: int, block_size: int) -> float:
         """The block's resolved fraction."""
         span = req.tokens[block * block_size : (block + 1) * block_size]
         return 1.0 - span.count(self.mask_id) / block_size
 
-    def finish(self, req: Request, answer: Sequence[int]) -> None:
+    def finish(self, req: BlockRequest, answer: Sequence[int]) -> None:
         """End the request with ``answer`` cut after its first EOS ("eos"), else whole ("length")."""
         req.result, eos = cut_at_eos(answer, self.eos_ids)
         req.finish_reason = "eos" if eos else "length"
 
-    def settled(self, req: Request, cfg: DecodeConfig) -> int:
+    def settled(self, req: BlockRequest, cfg: DecodeConfig) -> int:
         """The end of the answer prefix that can no longer change: resolved positions up to the first MASK."""
         answer = req.tokens[req.prompt_len : req.limit]
         return req.prompt_len + (answer.index(self.mask_id) if self.mask_id in answer else len(answer))
 
-    def stop_at_string(self, req: Request, stop: Sequence[str], cfg) -> None:
+    def stop_at_string(self, req: BlockRequest, stop: Sequence[str], cfg) -> None:
         """End the request at the first stop string in its output, or (still running) in its
         settled answer prefix cut after an EOS: the output becomes the shortest token prefix whose
         text holds the stop string, and the finish reason "stop"."""
@@ -395,7 +395,7 @@ class BlockDiffusionEngine(BlockDiffusionSpec):
         req.flops += 2 * self._layer_params * n_queries + 4 * self._attn_width * n_queries * n_keys
         req.flops += self._head_flops * n_logits
 
-    def _generation(self, req: Request, cfg: DecodeConfig) -> Generation:
+    def _generation(self, req: BlockRequest, cfg: DecodeConfig) -> Generation:
         out = req.result or []
         last = req.prompt_len + max(len(out), 1) - 1
         blocks = last // cfg.block_size - req.prompt_len // cfg.block_size + 1
@@ -407,7 +407,7 @@ class BlockDiffusionEngine(BlockDiffusionSpec):
             finish_reason=req.finish_reason,
         )
 
-    def _trace_entry(self, step, req: Request, plan: Step, admitted, committed, newly_final, stored_to, cfg) -> dict:
+    def _trace_entry(self, step, req: BlockRequest, plan: Step, admitted, committed, newly_final, stored_to, cfg) -> dict:
         return {
             "step": step,
             "prompt": req.prompt.id,

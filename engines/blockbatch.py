@@ -103,7 +103,7 @@ class Branch:
 
 
 @dataclass
-class Request:
+class BranchedRequest:
     prompt: Prompt
     branches: list[Branch]
     forwards: int = 0  # batched forwards (steps and refreshes)
@@ -172,10 +172,10 @@ class BlockBatchEngine(BlockBatchSpec, BlockDiffusionEngine):
         return [running[r] for r in keep], [entries[r] for r in keep]
 
     @staticmethod
-    def _winner_index(req: Request) -> int | None:
+    def _winner_index(req: BranchedRequest) -> int | None:
         return None if req.winner is None else req.branches.index(req.winner)
 
-    def new_request(self, prompt: Prompt, cfg: BatchConfig) -> Request:
+    def new_request(self, prompt: Prompt, cfg: BatchConfig) -> BranchedRequest:
         ids = encode(self.tokenizer, prompt, self.name)
         limit = len(ids) + cfg.max_new_tokens
         length = limit + max(cfg.block_sizes)  # every block starts before the limit
@@ -185,7 +185,7 @@ class BlockBatchEngine(BlockBatchSpec, BlockDiffusionEngine):
             start = len(ids) // size * size
             grid = [p // size * size for p in range(length)]
             branches.append(Branch(size, list(tokens), grid, start, start + size, 0, len(ids), limit))
-        return Request(prompt=prompt, branches=branches)
+        return BranchedRequest(prompt=prompt, branches=branches)
 
     # -- a branch's block life cycle ----------------------------------------------------------
 
@@ -291,7 +291,7 @@ class BlockBatchEngine(BlockBatchSpec, BlockDiffusionEngine):
         """Resolved answer positions (up to the length limit)."""
         return br.limit - br.prompt_len - br.tokens[br.prompt_len : br.limit].count(self.mask_id)
 
-    def _leader(self, req: Request) -> int:
+    def _leader(self, req: BranchedRequest) -> int:
         """The branch index with the most decoded answer positions; ties: the first."""
         decoded = [self._decoded(br) for br in req.branches]
         return decoded.index(max(decoded))
@@ -301,7 +301,7 @@ class BlockBatchEngine(BlockBatchSpec, BlockDiffusionEngine):
         lo, hi = a.prompt_len, max(a.end, b.end)
         return all(x == y or self.mask_id in (x, y) for x, y in zip(a.tokens[lo:hi], b.tokens[lo:hi]))
 
-    def _merge(self, req: Request, probs, index, first_row: int, cfg: BatchConfig) -> list[tuple[int, int, int, float]]:
+    def _merge(self, req: BranchedRequest, probs, index, first_row: int, cfg: BatchConfig) -> list[tuple[int, int, int, float]]:
         """Confidence-gated merging (rule 3); returns ``(branch, position, token, probability)``
         per filled position; ``probs[index[row, position]]`` is the row's distribution there."""
         merged = []
@@ -323,7 +323,7 @@ class BlockBatchEngine(BlockBatchSpec, BlockDiffusionEngine):
                     sources = [src for src in sources if src.tokens[p] in (self.mask_id, token)]
         return merged
 
-    def _end(self, req: Request, cfg: BatchConfig) -> None:
+    def _end(self, req: BranchedRequest, cfg: BatchConfig) -> None:
         """Rule 4 and stop strings: retire complete blocks; the request ends when a branch ends."""
         for br in req.branches:
             self.retire(br, cfg)
@@ -335,7 +335,7 @@ class BlockBatchEngine(BlockBatchSpec, BlockDiffusionEngine):
         eos = [br for br in ended if br.finish_reason == "eos"]
         req.winner = max(eos, key=lambda br: br.eos_prob) if eos else max(ended, key=self._decoded)
 
-    def _sync(self, req: Request, first_row: int, rows: KVRows, cfg: BatchConfig) -> list[tuple[int, int]]:
+    def _sync(self, req: BranchedRequest, first_row: int, rows: KVRows, cfg: BatchConfig) -> list[tuple[int, int]]:
         """Leader sync (rule 5), cache rows included; returns ``(follower, leader)`` branch indices."""
         lead = self._leader(req)
         ahead = self._decoded(req.branches[lead])
@@ -347,7 +347,7 @@ class BlockBatchEngine(BlockBatchSpec, BlockDiffusionEngine):
                 synced.append((b, lead))
         return synced
 
-    def _refresh_due(self, req: Request, cfg: BatchConfig) -> bool:
+    def _refresh_due(self, req: BranchedRequest, cfg: BatchConfig) -> bool:
         """Whether the leader decoded ``refresh_interval`` positions since the last refresh (and
         something is cached to recompute); marks the refresh as done."""
         decoded = self._decoded(req.branches[self._leader(req)])
@@ -356,7 +356,7 @@ class BlockBatchEngine(BlockBatchSpec, BlockDiffusionEngine):
         req.refreshed_at = decoded
         return any(br.cached for br in req.branches)
 
-    def _refresh(self, running: list[Request], due: list[bool], rows: KVRows, cfg: BatchConfig):
+    def _refresh(self, running: list[BranchedRequest], due: list[bool], rows: KVRows, cfg: BatchConfig):
         """Rule 6: one batched forward recomputing ``[0, end)`` of every branch of the due requests
         from scratch (their cache rows are forgotten first), committing in the current blocks, then
         rule 4; the other rows compute nothing. Returns the forward's ``(q_pos, q_valid)``."""
@@ -383,7 +383,7 @@ class BlockBatchEngine(BlockBatchSpec, BlockDiffusionEngine):
 
     # -- accounting -------------------------------------------------------------------------
 
-    def _request_generation(self, req: Request, cfg: BatchConfig) -> Generation:
+    def _request_generation(self, req: BranchedRequest, cfg: BatchConfig) -> Generation:
         win = req.winner
         out = win.result or []
         return Generation(

@@ -1,6 +1,6 @@
 """Published block-diffusion checkpoint folders: which family, what they declare, how they load.
 
-A folder is read as published, never edited. :func:`inspect` reads ``config.json`` (and
+A folder is read as published, never edited. :func:`read_checkpoint` reads ``config.json`` (and
 ``generation_config.json`` / ``tokenizer_config.json`` for the mask token) without loading a
 model, detects the family from ``model_type`` and ``architectures``, and refuses what the
 engines cannot serve with a :class:`CheckpointError` that names the file and the field. The gate
@@ -31,7 +31,7 @@ may override the block size (a config's ``block_size``), the mask id
 :meth:`Checkpoint.describe` is what the engines report, and the JSON report shows it.
 
 Decoding LLaDA or Dream with a block-causal cache is Fast-dLLM's prefix-cache approximation: both
-were trained with full attention over the whole canvas (docs/checkpoints.md).
+were trained with full attention over the whole canvas (docs/how-to/checkpoints.md).
 """
 from __future__ import annotations
 
@@ -145,7 +145,7 @@ def detect(config: Mapping[str, Any]) -> str:
     return "native"
 
 
-def inspect(path: str | Path, mask_token_id: int | None = None, eos_token_id: int | None = None) -> Checkpoint:
+def read_checkpoint(path: str | Path, mask_token_id: int | None = None, eos_token_id: int | None = None) -> Checkpoint:
     """Read a checkpoint folder's declared values; a :class:`CheckpointError` names what is wrong."""
     folder = Path(path)
     config_file = folder / "config.json"
@@ -283,7 +283,7 @@ def check_engine_args(engine_args: Mapping[str, Any]) -> Checkpoint | None:
     model = engine_args.get("model")
     if model is None:
         return None
-    return inspect(model, engine_args.get("mask_token_id"), engine_args.get("eos_token_id"))
+    return read_checkpoint(model, engine_args.get("mask_token_id"), engine_args.get("eos_token_id"))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -291,7 +291,7 @@ def check_engine_args(engine_args: Mapping[str, Any]) -> Checkpoint | None:
 
 
 def load(checkpoint: Checkpoint, device: str = "auto", dtype: str | Any = "auto", trust_remote_code: bool = False):
-    """Model (eval mode, on the device) and tokenizer of an inspected checkpoint; no remote code
+    """Model (eval mode, on the device) and tokenizer of a checkpoint read by :func:`read_checkpoint`; no remote code
     runs for sdar, dream and llada."""
     from pytest_redline.engines import modeling
 

@@ -160,7 +160,7 @@ class BlockDiffusionSpec(EngineSpec):
         weight hashes are cached in ``cache_dir`` (``runtime.WeightHashes``)."""
         args = cls.arguments(engine_args, cache_dir)
         path = Path(args["model"]) if args["model"] is not None else runtime.EMBEDDED_MODEL
-        declared = checkpoints.inspect(path, args["mask_token_id"], args["eos_token_id"]).describe()
+        declared = checkpoints.read_checkpoint(path, args["mask_token_id"], args["eos_token_id"]).describe()
         return runtime.identity(cls.name, args["device"], args["dtype"], [path], model=path, rules=cls.rules, **declared)
 
     mode = ""  # FlowBlock's and BlockBatch's (their configs have no schedule)
@@ -181,7 +181,7 @@ class BlockDiffusionSpec(EngineSpec):
         for the embedded model."""
         if "device_map" in engine_args:
             raise ValueError("device_map: sharding a model across devices is not supported; an engine runs on one "
-                             "device (engine_args.device), e.g. cuda:0 (docs/checkpoints.md)")
+                             "device (engine_args.device), e.g. cuda:0 (docs/how-to/checkpoints.md)")
         checkpoint = checkpoints.check_engine_args(engine_args)
         if checkpoint is None:
             return None
@@ -197,7 +197,7 @@ class BlockDiffusionSpec(EngineSpec):
         and the store forwards commit nothing) and no upper bound on forwards: the pooled TPF's
         lower end stays 0 until a config is decoded everywhere. BlockBatch declares tokens and forwards only."""
         model = engine_args.get("model")
-        checkpoint = checkpoints.inspect(Path(model) if model is not None else runtime.EMBEDDED_MODEL, engine_args.get("mask_token_id"))
+        checkpoint = checkpoints.read_checkpoint(Path(model) if model is not None else runtime.EMBEDDED_MODEL, engine_args.get("mask_token_id"))
         cfg = cls.Config.from_params(cls.with_declared(params, checkpoint.block_size))
         bounds = {"tokens": (0, cfg.max_new_tokens), "forwards": (1, math.inf)}  # the prefill is one
         if hasattr(cfg, "block_size") and hasattr(cfg, "buffer_size"):

@@ -50,7 +50,7 @@ FIRST_POSITION = frozenset({"dream"})
 @dataclass
 class DualRequest:
     """One prompt's state; the fields the engine's finishing, stop-string and counting helpers
-    read are named as in ``block_diffusion.Request``."""
+    read are named as in ``block_diffusion.BlockRequest``."""
 
     prompt: Prompt
     tokens: list[int]  # the canvas: prompt, then max_new_tokens positions (MASK until committed)

@@ -50,11 +50,11 @@ import math
 from dataclasses import dataclass, field
 
 from pytest_redline.contracts import Reads, Step
-from pytest_redline.engines.block_diffusion import BlockDiffusionEngine, Request
+from pytest_redline.engines.block_diffusion import BlockDiffusionEngine, BlockRequest
 from pytest_redline.engines.diffusion_spec import FlowBlockSpec, FlowConfig
 
 @dataclass
-class FlowRequest(Request):
+class FlowRequest(BlockRequest):
     readiness: float = 0.0  # ρ of the frontier at the last forward
     post_steps: dict[int, int] = field(default_factory=dict)  # block -> check forwards that saw it complete
     complete_at_start: frozenset[int] = frozenset()  # active blocks without MASK when the step began

@@ -10,7 +10,7 @@ of the weights: the load raises the peak RSS by about the checkpoint's size
 
 Every tensor's name and shape was checked before (``llada2_config.check_weights``, also run by
 the gate's model-free check), so a mismatched folder is refused before anything is allocated.
-One device only: ``device_map`` sharding across GPUs is not supported (docs/checkpoints.md).
+One device only: ``device_map`` sharding across GPUs is not supported (docs/how-to/checkpoints.md).
 """
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ by ``doc_hash`` and ``prompt_hash``; its metric value must be 0 or 1. With ``rep
 task's config in the results file) the value is the mean over the repeats, k/r, and the declared
 ``reducer`` decides (``all``: k = r, ``any``: k > 0, ``mode``: k > r/2).
 
-``rescore: true`` returns each document's raw response (``resps``) with no verdict, for the grid's
+``rescore: true`` returns each document's raw response (``resps``) with no judgement, for the grid's
 ``suite`` to judge; the suite's prompts are matched to documents by ``doc_id`` (the last segment of
 the prompt id) and checked against the document's ``question`` and ``answer`` (its gold after a
 final ``####``). Parsed without importing lm_eval (whose import takes seconds).
@@ -181,14 +181,14 @@ def _unit(record: Mapping[str, Any], args: Mapping[str, Any], repeats: int, samp
                                 "response per doc, so expected repeats 1")
         correct, text = None, texts[0]
     else:
-        correct = _verdict(record.get(args["metric"]), args, repeats, where, key)
+        correct = _judgement(record.get(args["metric"]), args, repeats, where, key)
         text = texts[0] if len(texts) == 1 else "\n".join(f"[repeat {i + 1}] {t}" for i, t in enumerate(texts))
     prompt = _prompt_text(record.get("arguments"))
     doc = record.get("doc") if isinstance(record.get("doc"), dict) else None
     return Unit(str(doc_id), prompt, hashes, correct, text, record, doc)
 
 
-def _verdict(value: Any, args: Mapping[str, Any], repeats: int, where: str, key: str) -> bool:
+def _judgement(value: Any, args: Mapping[str, Any], repeats: int, where: str, key: str) -> bool:
     """The doc's verdict: its value is 0 or 1, or with repeats the fraction k/r that were right."""
     metric = args["metric"]
     if isinstance(value, bool):

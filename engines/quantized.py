@@ -29,7 +29,7 @@ from transformers import AutoModelForCausalLM, BitsAndBytesConfig
 
 from pytest_redline.contracts import Generation, Prompt
 from pytest_redline.engines import memory, modeling, runtime
-from pytest_redline.engines.autoregressive import Request, generation, greedy, new_requests, token_count
+from pytest_redline.engines.autoregressive import ARRequest, generation, greedy, new_requests, token_count
 from pytest_redline.engines.autoregressive_spec import QuantizedSpec, absmax_dtype, quantization_runtime, quantized_config
 from pytest_redline.engines.common import eos_ids, set_threads
 from pytest_redline.engines.runtime import AR_TARGET
@@ -135,7 +135,7 @@ class QuantizedEngine(QuantizedSpec):
 
     # -- decoding ---------------------------------------------------------------------------
 
-    def _decode(self, model, requests: list[Request]) -> int | None:
+    def _decode(self, model, requests: list[ARRequest]) -> int | None:
         """Greedy decoding in place; returns the peak tensor bytes (None unless measured)."""
         with _quiet_int8_casts():
             if not self.measure_peak:

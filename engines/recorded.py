@@ -45,7 +45,7 @@ class RunError(ValueError):
 class Unit:
     """One prompt of a run (an lm-eval document, an Inspect sample id).
 
-    ``hashes`` must agree across configs (what pairs the unit); ``correct`` is its verdict, its
+    ``hashes`` must agree across configs (what pairs the unit); ``correct`` is its judgement, its
     repeats or epochs reduced (None when re-scoring); ``record`` is the log's own record, for
     per-sample cost fields; ``doc`` is the evaluated document, for matching a suite's prompts.
     """
@@ -81,7 +81,7 @@ def short(value: str) -> str:
 
 
 def reduce(outcomes: Sequence[bool], reducer: str | None, key: str, where: str, what: str) -> bool:
-    """One unit's verdict from its repeats (``what``: "repeats", "epochs"): the single one, or
+    """One unit's judgement from its repeats (``what``: "repeats", "epochs"): the single one, or
     the declared reducer's; a mode tie is a RunError, as is several without a reducer."""
     if len(outcomes) == 1:
         return outcomes[0]

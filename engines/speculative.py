@@ -41,7 +41,7 @@ import torch
 from pytest_redline.contracts import Generation, Prompt
 from pytest_redline.engines import modeling, runtime
 from pytest_redline.engines.autoregressive import (
-    Request, RowCache, fill_order, generation, new_request, new_requests, only_tokens, token_count,
+    ARRequest, RowCache, fill_order, generation, new_request, new_requests, only_tokens, token_count,
 )
 from pytest_redline.engines.autoregressive_spec import SpecConfig, SpeculativeSpec, check_same_tokenizer
 from pytest_redline.engines.common import eos_ids, set_threads
@@ -111,11 +111,11 @@ class SpeculativeEngine(SpeculativeSpec):
 
     # -- decoding ---------------------------------------------------------------------------
 
-    def _request(self, prompt: Prompt, cfg: SpecConfig) -> Request:
+    def _request(self, prompt: Prompt, cfg: SpecConfig) -> ARRequest:
         return new_request(self.tokenizer, prompt, cfg.max_new_tokens, self.eos, self.name)
 
     @torch.no_grad()
-    def decode(self, requests: Sequence[Request], cfg: SpecConfig, row_cache=RowCache) -> None:
+    def decode(self, requests: Sequence[ARRequest], cfg: SpecConfig, row_cache=RowCache) -> None:
         """Decode ``requests`` as one batch, in place (``row_cache``: the cache class, for tests)."""
         gamma = cfg.num_draft_tokens
         running = [r for r in requests if not r.done]
@@ -146,7 +146,7 @@ class SpeculativeEngine(SpeculativeSpec):
             req.count("draft_forwards", gamma * req.counts.get("forwards", 0))
             req.count("proposed_draft_tokens", gamma * req.counts.get("forwards", 0))
 
-    def _propose(self, draft: RowCache, running: Sequence[Request], gamma: int) -> tuple[torch.Tensor, list[list[int]]]:
+    def _propose(self, draft: RowCache, running: Sequence[ARRequest], gamma: int) -> tuple[torch.Tensor, list[list[int]]]:
         """γ greedy draft tokens per request, shape (rows, γ), and the same as lists."""
         feeds = [r.tokens[len(held) :] for r, held in zip(running, draft.tokens)]
         steps = []
@@ -157,5 +157,5 @@ class SpeculativeEngine(SpeculativeSpec):
         proposals = torch.cat(steps, 1)
         return proposals, proposals.tolist()
 
-    def _generation(self, req: Request) -> Generation:
+    def _generation(self, req: ARRequest) -> Generation:
         return generation(req, {key: float(req.counts.get(key, 0)) for key in ("draft_forwards", "proposed_draft_tokens", "accepted_draft_tokens")})

@@ -16,14 +16,15 @@ import difflib
 import inspect
 import math
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Literal, Mapping
 
 from pytest_redline import registry, runs
 from pytest_redline.contracts import ConfigError, EngineFactory, Prompt, Suite
 from pytest_redline.enginebook import EngineBook
 from pytest_redline.grid import FASTEST, Grid
 
-MODES = {None: "all", FASTEST: "select"}  # any other deploy value names a config: "gate"
+Mode = Literal["all", "select", "gate"]  # what a grid's deploy key asks (docs/contributing/architecture.md, Glossary)
+MODES: dict[str | None, Mode] = {None: "all", FASTEST: "select"}  # any other deploy value names a config: "gate"
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,8 @@ class Calibration:
         return self.grid.reference
 
     @property
-    def mode(self) -> str:
+    def mode(self) -> Mode:
+        """``all`` (no deploy), ``select`` (deploy: fastest) or ``gate`` (deploy: NAME)."""
         return MODES.get(self.deploy, "gate")
 
     @property
@@ -70,7 +72,7 @@ class Calibration:
         return len(self.configs)
 
     def stop_rule(self):
-        """When a candidate's verdict is decided (:class:`~pytest_redline.schedule.StopRule`)."""
+        """When a candidate's certification is decided (:class:`~pytest_redline.schedule.StopRule`)."""
         from pytest_redline.schedule import StopRule
 
         return StopRule.of(self.n, self.alpha, self.delta_share, self.m, self.correction)
@@ -259,8 +261,18 @@ def _did_you_mean(key: str | None, known: tuple[str, ...]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
+def _prompts_key(grid: Grid) -> str:
+    """The grid key that the prompts come from, for a message about them: the suite, else the
+    reference's recorded run (lm_eval, inspect), else the recording engine's arguments (replay)."""
+    if grid.suite is not None:
+        return "suite"
+    if runs.over_runs(grid):
+        return f"configs.{grid.reference}.path"
+    return "engine_args"
+
+
 def _check_prompts(grid: Grid, prompts: tuple[Prompt, ...]) -> None:
-    key = "suite" if grid.suite is not None else "engine_args"
+    key = _prompts_key(grid)
     seen = set()
     for prompt in prompts:
         if prompt.id in seen:
@@ -290,9 +302,8 @@ def _check_n(cal: Calibration) -> None:
         n += 1
     while n > 1 and critical_count(n - 1, cal.alpha, level) >= 0:
         n -= 1
-    key = "suite" if cal.grid.suite is not None else "engine_args"
     raise cal.grid.error(
-        key,
+        _prompts_key(cal.grid),
         f"expected at least {n} prompts: with n={cal.n} no config can pass at alpha={cal.alpha:g}, "
         f"delta={cal.delta_share:g} and m={cal.m} configs (critical count < 0 even for 0 violations)",
     )

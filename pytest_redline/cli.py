@@ -45,7 +45,8 @@ def add_select(subparsers: Any) -> None:
 
 
 def run_select(args: argparse.Namespace) -> int:
-    from pytest_redline import redline_table, risk
+    from pytest_redline import risk
+    from pytest_redline.report import redline_table
 
     data = load_outcomes(args)
     # One sweep: the chosen budget first, then the alpha_min grid.

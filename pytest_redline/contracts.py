@@ -63,7 +63,7 @@ class Generation:
       and forwards up to the cut.
     - ``finish_reason`` is one of :data:`FINISH_REASONS`, or None when the engine cannot tell.
     - Breakdowns (prefill, draft forwards, FLOPs, memory, measured latencies) go to ``extra``.
-    - ``correct`` is set only by engines that already know the verdict (replay): the gate then
+    - ``correct`` is set only by engines that already know the judgement (replay): the gate then
       scores nothing.
     """
 
@@ -77,7 +77,7 @@ class Generation:
 
 @dataclass(frozen=True)
 class Judgement:
-    """The verdict on one output: whether it is correct, the final answer extracted from it
+    """The judgement on one output: whether it is correct, the final answer extracted from it
     (None when there is none) and the rule that decided (the suite's own names, or
     :data:`SCORED`)."""
 
@@ -214,7 +214,7 @@ class Suite(Protocol):
 
     - ``judge(prompt, text, finish_reason=None) -> Judgement``: see :class:`Judged`.
     - ``stop: Sequence[str]``: stop strings for prompts that declare none of their own.
-    - ``version: str`` and ``rules: str``: what the verdicts depend on beyond the data (a tool's
+    - ``version: str`` and ``rules: str``: what the judgements depend on beyond the data (a tool's
       version, the revision of the scoring rules). They enter the scoring version: when it
       changes, stored texts are judged again and nothing is decoded.
     """

@@ -11,7 +11,7 @@ suite unless the engine set ``correct``, and committed to the store one outcome 
   config gets all that config's needed batches.
 - Otherwise candidates follow the :class:`~pytest_redline.schedule.Schedule`: the first
   outcome asked of a candidate gets the reference's outcomes on every prompt, then decodes
-  each candidate's scheduled batches one after another until its verdict is decided,
+  each candidate's scheduled batches one after another until its certification is decided,
   visiting first the batches where the candidates before it regressed (the adaptive order).
   Its other items are :class:`Skipped` on purpose.
 
@@ -30,13 +30,14 @@ import traceback
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from pytest_redline import __version__, costbounds, pipeline, registry
+from pytest_redline import costbounds, pipeline, registry
 from pytest_redline.batchrun import BatchRunner
 from pytest_redline.calibration import Calibration
 from pytest_redline.contracts import Generation, PartialBatch, Prompt
 from pytest_redline.enginebook import EngineBook
+from pytest_redline.keys import CONTENT_HASHES, ContentHashes, OutcomeKeys, scorer_name
 from pytest_redline.schedule import EARLY_STOP, REFERENCE_WRONG, CandidateRun, Schedule, contenders
-from pytest_redline.scoring import engine_prompts, rescored, scoring_version, stop_identity, verdict
+from pytest_redline.scoring import engine_prompts, judgement, rescored, scoring_version
 from pytest_redline.store import OutcomeStore, StoredOutcome, content_key
 
 PROGRESS_EVERY_S = 5.0  # at most this long without a progress line while decoding (plus one batch)
@@ -118,8 +119,8 @@ class Decoder:
         self._bounds: dict[str, dict | None] = {}
         self._interval_memo: dict[str, tuple[int, tuple]] = {}
         self.decided: dict[str, dict[str, str]] = {}  # valid candidates not decoded everywhere: why, and their cost interval
-        identity = _suite_identity(cal)
-        self.scoring = scoring_version(cal, identity["scorer"] if identity else "")
+        self.keys = OutcomeKeys(cal, engines, ContentHashes(store.path.parent / CONTENT_HASHES))
+        self.scoring = scoring_version(cal, scorer_name(cal))
         self.rescored = 0  # stored outcomes judged again because the scoring changed
 
     # ------------------------------------------------------------------ public
@@ -302,7 +303,7 @@ class Decoder:
         return run
 
     def _reference_correct(self) -> list[bool | None]:
-        """The reference's verdict on every prompt (None where it has no outcome)."""
+        """The reference's judgement on every prompt (None where it has no outcome)."""
         if self._reference is None:
             reference = self.cal.reference
             if reference not in self._started:
@@ -341,21 +342,10 @@ class Decoder:
         size, n = self.batch_size, self.cal.n
         return [Batch(b + 1, tuple(range(b * size, min(n, (b + 1) * size)))) for b in sorted({i // size for i in indices})]
 
-    def _keys(self, config: str, batch: Batch, legacy: bool = False) -> list[str]:
-        """The outcome keys of a batch: what decoding depends on, stop strings included, and
-        not the scoring version (``legacy``: the keys of stores written before, which had it)."""
-        prompts = [self.cal.prompts[i] for i in batch.prompts]
-        suite = _suite_identity(self.cal)
-        shared = {
-            "engine": self.engines.identity(*self.cal.engines[config]),
-            "params": self.cal.params[config],
-            "suite": suite if legacy or suite is None else {k: v for k, v in suite.items() if k != "version"},
-            "batch": {"size": self.batch_size, "prompts": [p.id for p in prompts]},
-            "package": __version__,
-        }
-        if legacy:
-            return [content_key({**shared, "prompt": _prompt_identity(p)}) for p in prompts]
-        return [content_key({**shared, "prompt": _prompt_identity(p), "stop": stop_identity(self.cal, p)}) for p in prompts]
+    def _keys(self, config: str, batch: Batch) -> list[str]:
+        """The outcome keys of a batch (:mod:`pytest_redline.keys`): what decoding depends on,
+        stop strings included, and not the scoring version."""
+        return self.keys.current(config, [self.cal.prompts[i] for i in batch.prompts])
 
     def _warn_shared_keys(self, config: str, keys: Iterable[str]) -> None:
         """Two configs whose outcomes have the same key share them: say so once per pair (two
@@ -415,15 +405,16 @@ class Decoder:
         return len(found) == len(keys)
 
     def _legacy(self, config: str, batch: Batch, keys: list[str], found: Mapping[str, StoredOutcome]) -> dict[str, StoredOutcome]:
-        """Outcomes of a store written before the key left the scoring version out, copied to
-        their keys: only for prompts decoded without engine-side stops, as they were then."""
-        copied = {}
-        stops = [p.stop for p in engine_prompts(self.cal, [self.cal.prompts[i] for i in batch.prompts])]
-        old = dict(zip(keys, self._keys(config, batch, legacy=True)))
-        wanted = {old[k]: k for k, stop in zip(keys, stops) if k not in found and not stop}
-        for old_key, outcome in self.store.get(wanted).items():
-            self.store.put(wanted[old_key], outcome, grid=self.cal.grid.name, config=config)
-            copied[wanted[old_key]] = outcome
+        """Outcomes stored under an older key format (the legacy chain, each format in order),
+        copied to their current keys."""
+        copied: dict[str, StoredOutcome] = {}
+        for older in self.keys.older(config, [self.cal.prompts[i] for i in batch.prompts]):
+            wanted = {old: key for key, old in zip(keys, older) if old is not None and key not in found and key not in copied}
+            if not wanted:
+                break
+            for old_key, outcome in self.store.get(wanted).items():
+                self.store.put(wanted[old_key], outcome, grid=self.cal.grid.name, config=config)
+                copied[wanted[old_key]] = outcome
         return copied
 
     def _current(self, key: str, prompt: Prompt, outcome: StoredOutcome) -> StoredOutcome:
@@ -517,10 +508,10 @@ class Decoder:
         if not isinstance(generation.text, str):
             raise TypeError(f"Generation.text must be a str, got {type(generation.text).__name__}")
         return StoredOutcome(
-            **verdict(self.cal, prompt, generation, self.scoring),
-            tokens=_number(generation.tokens, "tokens"),
-            forwards=_number(generation.forwards, "forwards"),
-            extra={str(k): _number(v, f"extra[{k!r}]") for k, v in dict(generation.extra).items()},
+            **judgement(self.cal, prompt, generation, self.scoring),
+            tokens=_finite_or_none(generation.tokens, "tokens"),
+            forwards=_finite_or_none(generation.forwards, "forwards"),
+            extra={str(k): _finite_or_none(v, f"extra[{k!r}]") for k, v in dict(generation.extra).items()},
             text=generation.text,
             session=self.session,
         )
@@ -566,25 +557,7 @@ def _span(batch: Batch, prompts: list) -> str:
     return f"{len(prompts)} scheduled prompts from {first} to {last}"
 
 
-def _suite_identity(cal: Calibration) -> dict[str, Any] | None:
-    if cal.suite is None:
-        return None
-    kind = type(cal.suite)
-    return {
-        "suite": cal.grid.suite,
-        "suite_args": dict(cal.grid.suite_args),
-        # The class as named before engines/ and suites/ installed under pytest_redline, so
-        # stores written then stay warm; a suite's entry-point name and version are above.
-        "scorer": f"{kind.__module__.removeprefix('pytest_redline.')}.{kind.__qualname__}",
-        "version": str(getattr(cal.suite, "version", "")),
-    }
-
-
-def _prompt_identity(prompt: Prompt) -> dict[str, Any]:
-    return {"id": prompt.id, "text": prompt.text, "messages": list(prompt.messages), "meta": dict(prompt.meta)}
-
-
-def _number(value: Any, what: str) -> float | None:
+def _finite_or_none(value: Any, what: str) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):

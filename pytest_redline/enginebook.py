@@ -6,6 +6,9 @@ config that needs it, so a broken model is not reloaded for each prompt.
 An engine's identity (the outcome store's key) comes without building it when its class has a
 model-free ``identity(engine_args)`` classmethod, so a rerun whose outcomes are all stored loads
 no model; an engine built later must describe itself exactly as that identity said.
+
+The identity names model folders by path, as the engine does; the outcome key holds them by
+content (:func:`pytest_redline.keys.by_content`).
 """
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from pytest_redline.checks import CORRECTIONS, probability_arg
-from pytest_redline.step_summary import PROMPTS as MARKDOWN_PROMPTS
+from pytest_redline.report.summary import PROMPTS as MARKDOWN_PROMPTS
 
 DEFAULT_GRID = "redline.yaml"
 DEFAULT_CACHE_DIR = ".redline"

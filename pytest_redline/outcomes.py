@@ -42,14 +42,12 @@ def gain_kind(direction: str) -> str:
 class OutcomeTable:
     """Per-prompt outcomes of m configs on the same n prompts.
 
-    Attributes
-    ----------
-    configs : names in file order (the order breaks ties in selection).
-    prompts : prompt ids, in the first config's order.
-    correct : bool array (m, n).
-    tokens, forwards : float arrays (m, n), NaN where the cell was empty.
-    extra : extra cost columns by name, float arrays (m, n), NaN where empty.
-    source : where the table came from, for error messages.
+    :ivar configs: names in file order (the order breaks ties in selection).
+    :ivar prompts: prompt ids, in the first config's order.
+    :ivar correct: a bool array (m, n).
+    :ivar tokens: a float array (m, n), NaN where the cell was empty (``forwards`` likewise).
+    :ivar extra: extra cost columns by name, float arrays (m, n), NaN where empty.
+    :ivar source: where the table came from, for error messages.
     """
 
     configs: tuple[str, ...]
@@ -293,7 +291,7 @@ def _flag(value: Any) -> bool | None:
     return None
 
 
-def _numbers(values: list[Any], column: str, where: Callable[[int], str], nonnegative: bool) -> np.ndarray:
+def _parse_column(values: list[Any], column: str, where: Callable[[int], str], nonnegative: bool) -> np.ndarray:
     """A numeric column: finite numbers (>= 0 where asked), NaN for empty cells (None or blank)."""
     empty = np.array([v is None or (isinstance(v, str) and not v.strip()) for v in values], dtype=bool)
     try:
@@ -304,11 +302,11 @@ def _numbers(values: list[Any], column: str, where: Callable[[int], str], nonneg
     bad |= np.array([isinstance(v, (bool, np.bool_)) for v in values], dtype=bool)
     if np.any(bad):
         for i in np.flatnonzero(bad):  # the first cell that really is bad, with its message
-            _number(where(i), column, values[i], nonnegative)
+            _parse_cell(where(i), column, values[i], nonnegative)
     return numbers
 
 
-def _number(where: str, column: str, value: Any, nonnegative: bool) -> float:
+def _parse_cell(where: str, column: str, value: Any, nonnegative: bool) -> float:
     """One cell: a finite number (>= 0 where asked), NaN when empty; else an OutcomeError."""
     if value is None or (isinstance(value, str) and not value.strip()):
         return math.nan
@@ -334,9 +332,9 @@ def _build(columns: Mapping[str, list[Any]], extra_names: Sequence[str], source:
     prompt = _names(columns["prompt"], "prompt", where)
     cells = {
         "correct": _flags(columns["correct"], where),
-        "tokens": _numbers(columns["tokens"], "tokens", where, nonnegative=True),
-        "forwards": _numbers(columns["forwards"], "forwards", where, nonnegative=True),
-        **{name: _numbers(columns[name], name, where, nonnegative=False) for name in extra_names},
+        "tokens": _parse_column(columns["tokens"], "tokens", where, nonnegative=True),
+        "forwards": _parse_column(columns["forwards"], "forwards", where, nonnegative=True),
+        **{name: _parse_column(columns[name], name, where, nonnegative=False) for name in extra_names},
     }
     configs = tuple(dict.fromkeys(config))
     prompts = tuple(dict.fromkeys(p for c, p in zip(config, prompt) if c == configs[0]))

@@ -20,20 +20,25 @@ import numpy as np
 from scipy import special
 
 from pytest_redline.checks import open_unit, positive_int
-from pytest_redline.risk.binomial import _critical, _pvalue, _scalar
-from pytest_redline.risk.reverse import _upper
+from pytest_redline.risk.binomial import critical_counts, lower_tail
+from pytest_redline.risk.reverse import upper_tail
 
 __all__ = ["power", "prompts_needed", "prompts_needed_approx", "reverse_power", "reverse_prompts_needed",
            "reverse_prompts_needed_approx"]
 
 
+def _as_float(out: np.ndarray) -> float | np.ndarray:
+    """A 0-d result as a float; arrays as they are."""
+    return float(out) if out.ndim == 0 else out
+
+
 def _power(n: np.ndarray, alpha: float, true_risk: float, level: float) -> np.ndarray:
-    return _power_at(n, _critical(n, alpha, level), true_risk)
+    return _power_at(n, critical_counts(n, alpha, level), true_risk)
 
 
 def _power_at(n: np.ndarray, k: np.ndarray, true_risk: float) -> np.ndarray:
     """P[Bin(n, true_risk) <= k], 0 where the critical count k is -1 (nothing passes)."""
-    return np.where(k < 0, 0.0, _pvalue(np.maximum(k, 0), n, true_risk))
+    return np.where(k < 0, 0.0, lower_tail(np.maximum(k, 0), n, true_risk))
 
 
 def power(n: Any, alpha: float, true_risk: float, level: float) -> float | np.ndarray:
@@ -50,7 +55,7 @@ def power(n: Any, alpha: float, true_risk: float, level: float) -> float | np.nd
     alpha = open_unit("alpha", alpha)
     level = open_unit("level", level)
     true_risk = _risk_below("true_risk", true_risk, 1.0)
-    return _scalar(_power(n_arr.astype(np.int64), alpha, true_risk, level))
+    return _as_float(_power(n_arr.astype(np.int64), alpha, true_risk, level))
 
 
 def _risk_below(name: str, value: Any, bound: float) -> float:
@@ -131,14 +136,14 @@ def _last_failing(lo: int, hi: int, alpha: float, true_risk: float, level: float
     between the critical counts on a grid of every 64th n.
     """
     grid = np.unique(np.append(np.arange(lo, hi + 1, 64, dtype=np.int64), hi))  # brackets for the bisection
-    k_grid = _critical(grid, alpha, level)
+    k_grid = critical_counts(grid, alpha, level)
     k_lo, k_hi = int(k_grid[0]), int(k_grid[-1])
     counts = np.arange(k_lo + 1, k_hi + 1, dtype=np.int64)  # the counts k(n) reaches after lo
     at = np.searchsorted(k_grid, counts)  # the first grid n where k(n) >= count
     fails, passes = grid[at - 1], grid[at]
     while np.any(passes - fails > 1):  # first n with P[Bin(n, alpha) <= count] <= level
         mid = (fails + passes) // 2
-        ok = _pvalue(counts, mid, alpha) <= level
+        ok = lower_tail(counts, mid, alpha) <= level
         fails, passes = np.where(ok, fails, mid), np.where(ok, mid, passes)
     ends = np.append(passes - 1, hi)  # the last n of each run, k(n) = k_lo .. k_hi
     power = _power_at(ends, np.arange(k_lo, k_hi + 1), true_risk)
@@ -160,13 +165,13 @@ def _reverse_critical(n: np.ndarray, alpha: float, level: float) -> np.ndarray:
     k = np.clip(np.ceil(flat * alpha + special.ndtri(1 - level) * sd), 1, flat + 1).astype(np.int64)
     moving = np.flatnonzero(k <= flat)
     while moving.size:  # up while V fails
-        fails = _upper(k[moving], flat[moving], alpha) > level
+        fails = upper_tail(k[moving], flat[moving], alpha) > level
         moving = moving[fails]
         k[moving] += 1
         moving = moving[k[moving] <= flat[moving]]
     moving = np.flatnonzero(k > 1)
     while moving.size:  # down while V - 1 passes
-        passes = _upper(k[moving] - 1, flat[moving], alpha) <= level
+        passes = upper_tail(k[moving] - 1, flat[moving], alpha) <= level
         moving = moving[passes]
         k[moving] -= 1
         moving = moving[k[moving] > 1]
@@ -175,7 +180,7 @@ def _reverse_critical(n: np.ndarray, alpha: float, level: float) -> np.ndarray:
 
 def _reverse_power(n: np.ndarray, alpha: float, true_risk: float, level: float) -> np.ndarray:
     k = _reverse_critical(n, alpha, level)
-    return np.where(k > n, 0.0, _upper(np.minimum(k, n), n, true_risk))
+    return np.where(k > n, 0.0, upper_tail(np.minimum(k, n), n, true_risk))
 
 
 def reverse_power(n: Any, alpha: float, true_risk: float, level: float) -> float | np.ndarray:
@@ -189,7 +194,7 @@ def reverse_power(n: Any, alpha: float, true_risk: float, level: float) -> float
         n_arr = np.asarray(positive_int("n", n))
     alpha, level = open_unit("alpha", alpha), open_unit("level", level)
     true_risk = open_unit("true_risk", true_risk)
-    return _scalar(_reverse_power(n_arr.astype(np.int64), alpha, true_risk, level))
+    return _as_float(_reverse_power(n_arr.astype(np.int64), alpha, true_risk, level))
 
 
 def reverse_prompts_needed(alpha: float, true_risk: float, m: int, delta: float = 0.10, power: float = 0.8) -> int:

@@ -83,7 +83,7 @@ class GateHooks:
     def pytest_report_header(self, config: pytest.Config) -> list[str] | None:
         if self.worker:
             return None
-        from pytest_redline.report import session_header
+        from pytest_redline.report.terminal import session_header
 
         return session_header([cal.label for cal in self.gate.calibrations()], self.gate.only_grids)
 
@@ -164,6 +164,6 @@ class PytestHtmlHooks:
         self.gate = gate
 
     def pytest_html_results_summary(self, prefix, summary, postfix, session) -> None:
-        from pytest_redline.review import summary_lines
+        from pytest_redline.report.review import summary_lines
 
         prefix.extend(summary_lines(self.gate.verdicts, self.gate.options.html))

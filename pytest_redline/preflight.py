@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable
 
-from pytest_redline import text
+from pytest_redline.report import text
 
 if TYPE_CHECKING:
     from pytest_redline.calibration import Calibration

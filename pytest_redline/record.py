@@ -56,7 +56,7 @@ class ItemRecord:
       ``reference_extracted``/``reference_rule`` the reference's final answer and rule;
     - ``answer`` and ``rule``: the final answer the scorer extracted from this item's text
       and the rule that decided ("marker", "boxed", "no answer", "revised", "hedged",
-      "truncated", ...; docs/scoring.md).
+      "truncated", ...; docs/explanation/scoring.md).
 
     A field that is None is not published. Compare records by :meth:`to_properties`
     (NaN costs make ``==`` on records meaningless, hence ``eq=False``).
@@ -94,8 +94,8 @@ class ItemRecord:
         return dataclasses.replace(
             self,
             correct=bool(outcome.correct),
-            tokens=_number(outcome.tokens),
-            forwards=_number(outcome.forwards),
+            tokens=_float_or_nan(outcome.tokens),
+            forwards=_float_or_nan(outcome.forwards),
             extra=dict(outcome.extra),
             source=source,
             answer=getattr(outcome, "answer", None),
@@ -171,5 +171,5 @@ def is_regression(report: pytest.TestReport) -> bool:
     return record is not None and bool(record.regression)
 
 
-def _number(value: Any) -> float:
+def _float_or_nan(value: Any) -> float:
     return math.nan if value is None else float(value)

@@ -2,7 +2,7 @@
 
 A prompt the reference answers wrongly can never add to any V(lambda), so candidates skip
 it. The reference-correct prompts are visited in one random order fixed by a seed (shared
-by all candidates), ``batch_size`` at a time, and a candidate stops as soon as its verdict
+by all candidates), ``batch_size`` at a time, and a candidate stops as soon as its certification
 is decided whatever its remaining prompts show:
 
 - **cannot be certified**: its lowest possible final p-value, ``P[Bin(n, alpha) <= V_so_far]``,
@@ -100,7 +100,7 @@ EARLY_STOP = "early stop, verdict already decided"
 
 @dataclass(frozen=True)
 class StopRule:
-    """When a candidate's verdict is decided, from its violations so far and what is left.
+    """When a candidate's certification is decided, from its violations so far and what is left.
 
     ``pass_count`` is the largest V whose p-value is at most delta / m, and ``fail_count``
     the largest V whose p-value is at most the most lenient threshold (both from
@@ -116,7 +116,7 @@ class StopRule:
         return _rule(cls, int(n), float(alpha), float(delta), int(m), str(correction))  # hashable, whatever was passed
 
     def decide(self, violations: int, unknown: int) -> str | None:
-        """:data:`CANNOT`, :data:`CERTAIN`, or None while the rest could still change the verdict.
+        """:data:`CANNOT`, :data:`CERTAIN`, or None while the rest could still change its certification.
 
         ``unknown`` counts the reference-correct prompts without an outcome yet.
         """

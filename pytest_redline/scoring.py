@@ -1,10 +1,10 @@
-"""The gate's side of scoring: stop strings for the engines, verdicts, and re-scoring.
+"""The gate's side of scoring: stop strings for the engines, judgements, and re-scoring.
 
 - **Stop strings.** A suite declares them on its prompts (``Prompt.stop``; a suite-level
   ``stop`` attribute fills prompts that declare none). The engines get them when the grid's
   ``engine_stops`` is on (the default), and none when it is off; the scorer cuts at them in
   both cases. The declared strings and the switch enter the outcome key (:func:`stop_identity`).
-- **Verdicts.** A suite with ``judge(prompt, text, finish_reason)`` gives the answer and the
+- **Judgements.** A suite with ``judge(prompt, text, finish_reason)`` gives the answer and the
   rule; a plain ``score(prompt, text)`` still works (rule ``"score"``). An engine that sets
   ``Generation.correct`` decides alone (rule and scoring ``"engine"``).
 - **Re-scoring.** Every outcome records the scoring version that decided it
@@ -60,7 +60,7 @@ def scoring_version(cal: Calibration, scorer: str) -> str:
 
 
 def suite_version(suite: Suite) -> str:
-    """What a suite's verdicts depend on beyond its data: its ``version`` (tools such as
+    """What a suite's judgements depend on beyond its data: its ``version`` (tools such as
     math-verify or the sandbox interpreter) and the revision of its scoring ``rules``."""
     version, rules = str(getattr(suite, "version", "")), str(getattr(suite, "rules", ""))
     return f"{version}; rules {rules}" if rules else version
@@ -73,8 +73,8 @@ def finish_reason(generation: Generation) -> str | None:
     return reason
 
 
-def verdict(cal: Calibration, prompt: Prompt, generation: Generation, scoring: str) -> dict[str, Any]:
-    """The StoredOutcome fields of the verdict on one generation."""
+def judgement(cal: Calibration, prompt: Prompt, generation: Generation, scoring: str) -> dict[str, Any]:
+    """The StoredOutcome fields of the judgement on one generation."""
     finish = finish_reason(generation)
     if generation.correct is not None:
         return {"correct": bool(generation.correct), "answer": None, "rule": ENGINE, "finish_reason": finish,
@@ -84,6 +84,8 @@ def verdict(cal: Calibration, prompt: Prompt, generation: Generation, scoring: s
     judged = judge(cal.suite, prompt, generation.text, finish)
     return {"correct": bool(judged.correct), "answer": judged.answer, "rule": judged.rule, "finish_reason": finish,
             "scoring": scoring}
+
+
 
 
 def rescored(cal: Calibration, prompt: Prompt, outcome: StoredOutcome, scoring: str) -> StoredOutcome | None:

@@ -25,7 +25,7 @@ from pytest_redline.ledger import Ledger
 from pytest_redline.options import DEFAULT_GRID, GateOptions, check_spaced_paths
 from pytest_redline.record import PromptKey
 from pytest_redline.store import OutcomeStore, StoreError
-from pytest_redline.verdict import GridVerdict, judge
+from pytest_redline.verdict import GridVerdict, decide
 
 GRID_SUFFIXES = (".yaml", ".yml")
 PAYLOAD = "redline"  # the one key of the gate in xdist's workerinput and workeroutput
@@ -74,7 +74,7 @@ class Gate:
         for option, path, what in (("--redline-html", options.html, "the review page"),
                                    ("--redline-markdown", options.markdown, "the summary")):
             if path is not None:
-                from pytest_redline.review import check_writable
+                from pytest_redline.report.files import check_writable
 
                 why = check_writable(path)
                 if why:
@@ -176,54 +176,55 @@ class Gate:
             return exitstatus
         if self._decoders:  # a serial session: its own decoders' figures
             self.merge_worker_output(self.worker_output())
-        self.verdicts = [self._judge(cal) for cal in self._calibrations.values()]
-        from pytest_redline import report
+        self.verdicts = [self._decide(cal) for cal in self._calibrations.values()]
+        from pytest_redline.report import document, outcome_csv
 
         if self.options.report is not None:
-            report.write_json(self.options.report, self.verdicts)
+            document.write_json(self.options.report, self.verdicts)
             self.file_notes.append(f"JSON report: {self.options.report}")
         if self.options.outcomes is not None:
-            self.file_notes += report.write_outcomes(self.options.outcomes, self.verdicts)
+            self.file_notes += outcome_csv.write_outcomes(self.options.outcomes, self.verdicts)
         if self.options.html is not None:
-            from pytest_redline import review
+            from pytest_redline.report import files, review
 
-            review.write_html(self.options.html, self.verdicts, review.provenance(self.command, self._calibrations.values(), self.engines))
+            review.write_html(self.options.html, self.verdicts, files.provenance(self.command, self._calibrations.values(), self.engines))
             self.file_notes.append(f"review page: {self.options.html}")
         if self.options.markdown is not None:
-            from pytest_redline import review, step_summary
+            from pytest_redline.report import files, summary
 
-            provenance = review.provenance(self.command, self._calibrations.values(), self.engines)
-            self.file_notes += step_summary.write(self.options.markdown, self.verdicts, provenance, self.options.markdown_prompts)
+            provenance = files.provenance(self.command, self._calibrations.values(), self.engines)
+            self.file_notes += summary.write(self.options.markdown, self.verdicts, provenance, self.options.markdown_prompts)
         if not all(v.certified for v in self.verdicts) and exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
             exitstatus = pytest.ExitCode.TESTS_FAILED
         self.exitstatus = int(exitstatus)
         return exitstatus
 
-    def _judge(self, cal: Calibration) -> GridVerdict:
+    def _decide(self, cal: Calibration) -> GridVerdict:
         from pytest_redline.spend import spend_of
 
         record = self.ledger.grid(cal.label)
         if cal.full:
-            mode = "full (--redline-full)"
+            how_run = "full (--redline-full)"
         elif cal.label in self.fallbacks:
-            mode = f"full: scheduling could not hold ({self.fallbacks[cal.label]})"
+            how_run = f"full: scheduling could not hold ({self.fallbacks[cal.label]})"
         else:
-            mode = "scheduled"
-        return judge(record, spend_of(record, self.decode_seconds.get(cal.label, {})), mode, self.decided.get(cal.label))
+            how_run = "scheduled"
+        return decide(record, spend_of(record, self.decode_seconds.get(cal.label, {})), how_run, self.decided.get(cal.label))
 
     def summary(self, terminal: pytest.TerminalReporter) -> None:
         if not self.verdicts:
             return
-        from pytest_redline import report
+        from pytest_redline.report.sentences import session_line
+        from pytest_redline.report.terminal import grid_lines
 
         verbosity = terminal.config.get_verbosity()
         for v in self.verdicts:
             terminal.write_sep("=", f"redline: {v.cal.grid.name} ({v.cal.label})", bold=True)
-            for line in report.grid_lines(v, verbosity):
+            for line in grid_lines(v, verbosity):
                 terminal.write_line(line)
         for note in self.file_notes:
             terminal.write_line(note)
-        text, ok = report.session_line(self.verdicts, self.exitstatus)
+        text, ok = session_line(self.verdicts, self.exitstatus)
         terminal.write_sep("=", text, bold=True, green=ok, red=not ok)
 
 

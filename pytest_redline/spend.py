@@ -8,7 +8,7 @@ full run, or a replayed grid, whose skipped items carry their recorded outcomes)
 config's skipped cells are estimated at its mean forwards per prompt run. Wall time is the
 time spent in ``engine.generate`` in this session, per config and in all; the naive time is
 estimated from it in proportion to forwards. pytest charges decoding to the few items that
-trigger it (docs/gate.md), so the per-config seconds are the honest figure.
+trigger it (docs/explanation/session.md), so the per-config seconds are the honest figure.
 """
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """The outcome store: a crash-safe SQLite database of per-prompt outcomes.
 
-- Content-keyed: :func:`content_key` hashes everything an outcome depends on (engine,
-  weights, arguments, config, suite, prompt, scorer, device, dtype, batch, versions).
+- Content-keyed: :func:`content_key` hashes everything an outcome depends on, as
+  :mod:`pytest_redline.keys` gathers it (engine, weights, arguments, config, suite, prompt,
+  device, dtype, batch, decode format; inputs by content, never by path).
 - Crash-safe: WAL journal, and one ``BEGIN IMMEDIATE ... COMMIT`` per outcome, so an
   outcome that finished is on disk even if the process is killed the next instant.
 - Shared: xdist workers on one host write to it concurrently (busy timeout 30 s), and

@@ -168,7 +168,7 @@ class GridVerdict:
     error: str | None = None  # the outcomes could not be certified (e.g. a cost column is empty)
     scheduled: Scheduled | None = None  # how a scheduled run certified each config
     spend: Spend | None = None  # forwards and time spent against the full grid
-    mode: str = "full"  # "scheduled", "full (--redline-full)", or "full: <why scheduling could not hold>"
+    how_run: str = "full"  # "scheduled", "full (--redline-full)", or "full: <why scheduling could not hold>"
     reverse: Reverse | None = None  # the reverse family ("exceeds budget"), beside the certificates
     decided: Mapping[str, Mapping[str, str]] | None = None  # valid configs the cost intervals settled (Decoder.decided)
 
@@ -332,7 +332,7 @@ class GridVerdict:
     def poor_trade(self) -> str | None:
         """The deployed config loses more accuracy points than it gains percent of the cost
         (costs whose gain is a percentage: tpf, apf, any higher-is-better cost); None when
-        not, or when the gain is a reduction factor (memory: see docs/gate.md)."""
+        not, or when the gain is a reduction factor (memory: see docs/explanation/verdict.md)."""
         r, d = self.result, self.deployed_index
         if r is None or d is None or d == r.reference_index or r.gain_kind != "percent":
             return None
@@ -372,9 +372,9 @@ class Settle:
         return f"n={self.prompts} prompts would {what} with 80% power at risk {self.risk:.4f}"
 
 
-def judge(record: GridRecord, spend: Spend | None = None, mode: str = "full",
+def decide(record: GridRecord, spend: Spend | None = None, how_run: str = "full",
           decided: Mapping[str, Mapping[str, str]] | None = None) -> GridVerdict:
-    """Certify a grid's outcomes (nothing is certified from a partial run).
+    """The gate's verdict on a grid: certify its outcomes (nothing is certified from a partial run).
 
     One pass down the layers, each visited once: what the ledger recorded, the outcome table's
     slices, the grid's settings, the schedule's checks, then the statistics in one call
@@ -384,7 +384,7 @@ def judge(record: GridRecord, spend: Spend | None = None, mode: str = "full",
 
     cal, decided = record.cal, dict(decided or {})
     if not record.complete:
-        return GridVerdict(cal, record, spend=spend, mode=mode)
+        return GridVerdict(cal, record, spend=spend, how_run=how_run)
     skip_error = record.schedule_error()
     ran = record.ran() if record.skips else None
     stops = record.stops() if record.skips else None
@@ -426,9 +426,9 @@ def judge(record: GridRecord, spend: Spend | None = None, mode: str = "full",
             )
             result, reverse, alpha_min = scheduled.result, scheduled.reverse, scheduled.alpha_min
     except (OutcomeError, ValueError) as e:
-        return GridVerdict(cal, record, spend=spend, mode=mode, table=table, error=f"{cal.label}: cannot certify: {e}")
+        return GridVerdict(cal, record, spend=spend, how_run=how_run, table=table, error=f"{cal.label}: cannot certify: {e}")
     return GridVerdict(cal, record, result=result, alpha_min=alpha_min, table=table, scheduled=scheduled, spend=spend,
-                       mode=mode, reverse=reverse, decided=decided)
+                       how_run=how_run, reverse=reverse, decided=decided)
 
 
 def _exact(text: str) -> float:

@@ -1,7 +1,7 @@
 r"""Code suites scored by execution (pass@1): ``humaneval``, ``mbpp`` and ``code`` (both).
 
 Every completion runs in :mod:`suites.sandbox`: by default in Linux namespaces of its own (PID,
-mount, network; docs/sandbox.md), refusing to score where they are unavailable; ``suite_args:
+mount, network; docs/explanation/sandbox.md), refusing to score where they are unavailable; ``suite_args:
 {sandbox: process}`` opts into the weaker process sandbox, and the suite's ``version`` (so the
 outcome key and the report) records which one scored. ``score(prompt, text)`` runs one program;
 ``score_many(prompts, texts)`` runs many in parallel (default: one at a time per usable CPU) and

@@ -13,7 +13,7 @@ Formats (the engine uses ``messages`` with its tokenizer's chat template when it
 Stop strings (``Prompt.stop``, and the scorer cuts at them whatever the engine did): GSM8K
 ``Question:``, MATH-500 ``Problem:``, where a model on a plain prompt starts the next problem.
 Extraction is in :mod:`suites.answers`, MATH equivalence in :mod:`suites.equivalence`; both
-are described in docs/scoring.md. Prompt ids: ``gsm8k/<line index from 0>`` and
+are described in docs/explanation/scoring.md. Prompt ids: ``gsm8k/<line index from 0>`` and
 ``math500/<unique_id without "test/" and ".json">`` (``math500/precalculus/807``).
 """
 from __future__ import annotations
@@ -32,7 +32,7 @@ from pytest_redline.suites.union import Union, part_args
 
 GSM8K_INSTRUCTION = 'Solve the problem step by step. End with the final answer, a number, after "####".'
 MATH_INSTRUCTION = "Solve the problem step by step. Put the final answer in \\boxed{}."
-RULES = "one answer or none (2)"  # the revision of the scoring rules (docs/scoring.md): part of the scoring version
+RULES = "one answer or none (2)"  # the revision of the scoring rules (docs/explanation/scoring.md): part of the scoring version
 
 
 class GSM8K:

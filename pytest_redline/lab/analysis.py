@@ -24,7 +24,7 @@ masks, weights, a split's measures), :mod:`~pytest_redline.lab.sweep`,
 
 numpy and scipy only (through :mod:`pytest_redline.risk`); never torch. Validity, the
 deployment rule and the text tables are the gate's own (:func:`risk.reject_rows`,
-:func:`risk.select_deployed`, :mod:`pytest_redline.text`), so an analysis measures the
+:func:`risk.select_deployed`, :mod:`pytest_redline.report.text`), so an analysis measures the
 procedure the gate runs.
 """
 from __future__ import annotations

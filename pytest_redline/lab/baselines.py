@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
-from pytest_redline import text
+from pytest_redline.report import text
 from pytest_redline.lab.procedure import GridData, Procedure
 from pytest_redline.lab.splits import HELDOUT_SEED, SplitOutcomes, _SplitPlan
 

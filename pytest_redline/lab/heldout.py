@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from pytest_redline import text
+from pytest_redline.report import text
 from pytest_redline.lab.procedure import GridData, Procedure
 from pytest_redline.lab.splits import HELDOUT_SEED, SplitOutcomes, Spread, _SplitPlan, _spread_dict
 

@@ -6,7 +6,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from pytest_redline import risk, text
+from pytest_redline import risk
+from pytest_redline.report import text
 from pytest_redline.lab.procedure import GridData, Procedure
 
 

@@ -20,7 +20,7 @@ The modules: :mod:`~pytest_redline.risk.binomial` (counts, p-values, bounds),
 (:class:`RedlineResult`), :mod:`~pytest_redline.risk.certification` and
 :mod:`~pytest_redline.risk.reverse` (the reverse test: "exceeds budget", and the three statuses),
 :mod:`~pytest_redline.risk.grid` (all three for one grid in one pass: what the gate's verdict calls).
-Every public name is importable from here; the text table of a result is :mod:`pytest_redline.redline_table`.
+Every public name is importable from here; the text table of a result is :mod:`pytest_redline.report.redline_table`.
 """
 from __future__ import annotations
 
@@ -31,6 +31,8 @@ from pytest_redline.risk.binomial import (
     clopper_pearson_interval,
     clopper_pearson_upper,
     critical_count,
+    critical_counts,
+    lower_tail,
     violations,
 )
 from pytest_redline.risk.certification import (
@@ -55,6 +57,7 @@ from pytest_redline.risk.reverse import (
     exceeds_budget,
     reverse_pvalue,
     statuses,
+    upper_tail,
 )
 
 __all__ = [
@@ -78,15 +81,18 @@ __all__ = [
     "clopper_pearson_interval",
     "clopper_pearson_upper",
     "critical_count",
+    "critical_counts",
     "exceeds_budget",
     "family_mask",
     "gains",
     "holm",
     "holm_adjusted",
+    "lower_tail",
     "reject_rows",
     "reverse_pvalue",
     "select_deployed",
     "statuses",
     "sweep",
+    "upper_tail",
     "violations",
 ]

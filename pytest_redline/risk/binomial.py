@@ -97,7 +97,7 @@ def _binom_logpmf(k: int, n: int, p: float) -> float:
 def _logcdf(v: np.ndarray, n: int, alpha: np.ndarray) -> np.ndarray:
     """Unchecked, broadcasting log P[Bin(n, alpha) <= v]."""
     v, alpha = np.broadcast_arrays(v, alpha)
-    p = _pvalue(v, n, alpha)
+    p = lower_tail(v, n, alpha)
     with np.errstate(divide="ignore"):
         out = np.log(np.atleast_1d(p))
     tiny = np.flatnonzero(np.atleast_1d(p) < _TINY)
@@ -106,7 +106,7 @@ def _logcdf(v: np.ndarray, n: int, alpha: np.ndarray) -> np.ndarray:
     return out.reshape(p.shape)
 
 
-def _pvalue(v: Any, n: Any, alpha: Any) -> np.ndarray:
+def lower_tail(v: Any, n: Any, alpha: Any) -> np.ndarray:
     """Unchecked, broadcasting P[Bin(n, alpha) <= v] = 1 - I_alpha(v + 1, n - v).
 
     The complemented incomplete beta keeps its relative accuracy (about 1e-16) in the far
@@ -128,20 +128,15 @@ def binom_pvalue(v: Any, n: int, alpha: float) -> float | np.ndarray:
     It equals ``scipy.stats.binomtest(v, n, alpha, alternative="less").pvalue`` (which
     loses digits below about 1e-290).
 
-    Parameters
-    ----------
-    v : int or array of int
-        Violation counts in [0, n]. Vectorized.
-    n : int
-        Number of calibration prompts, >= 1.
-    alpha : float
-        Risk budget in (0, 1).
+    :param v: violation counts in [0, n] (an int or an array of ints: vectorized).
+    :param n: the number of calibration prompts, >= 1.
+    :param alpha: the risk budget in (0, 1).
 
     >>> round(binom_pvalue(0, 10, 0.1), 6)
     0.348678
     """
     v, n, alpha = _binomial(v, n, "alpha", alpha)
-    return _scalar(_pvalue(v, n, alpha))
+    return _scalar(lower_tail(v, n, alpha))
 
 
 def binom_logpvalue(v: Any, n: int, alpha: float) -> float | np.ndarray:
@@ -200,7 +195,7 @@ def clopper_pearson_interval(v: Any, n: int, confidence: float = 0.95) -> Confid
     return ConfidenceInterval(low, high)
 
 
-def _critical(n: np.ndarray, alpha: float, level: float) -> np.ndarray:
+def critical_counts(n: np.ndarray, alpha: float, level: float) -> np.ndarray:
     """Vectorized critical count: the largest V with P[Bin(n, alpha) <= V] <= level, or -1.
 
     Decided by the p-value itself (monotone in V), so the boundary is the one of the
@@ -218,13 +213,13 @@ def _critical(n: np.ndarray, alpha: float, level: float) -> np.ndarray:
     k = np.clip(np.floor(guess), -1, flat - 1).astype(np.int64)
     moving = np.flatnonzero(k >= 0)
     while moving.size:  # down while V fails
-        fails = _pvalue(k[moving], flat[moving], alpha) > level
+        fails = lower_tail(k[moving], flat[moving], alpha) > level
         moving = moving[fails]
         k[moving] -= 1
         moving = moving[k[moving] >= 0]
     moving = np.flatnonzero(k + 1 < flat)
     while moving.size:  # up while V + 1 passes
-        passes = _pvalue(k[moving] + 1, flat[moving], alpha) <= level
+        passes = lower_tail(k[moving] + 1, flat[moving], alpha) <= level
         moving = moving[passes]
         k[moving] += 1
         moving = moving[k[moving] + 1 < flat[moving]]
@@ -242,4 +237,4 @@ def critical_count(n: int, alpha: float, level: float) -> int:
     n = positive_int("n", n)
     alpha = open_unit("alpha", alpha)
     level = open_unit("level", level)
-    return int(_critical(np.asarray(n), alpha, level))
+    return int(critical_counts(np.asarray(n), alpha, level))

@@ -9,7 +9,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from pytest_redline.checks import CORRECTIONS, FAMILIES, choice, open_unit, positive_int
-from pytest_redline.risk.binomial import _counts, _cp_upper, _pvalue, violations
+from pytest_redline.risk.binomial import _counts, _cp_upper, lower_tail, violations
 from pytest_redline.risk.corrections import (
     _bonferroni_adjusted_rows,
     _holm_adjusted_rows,
@@ -101,7 +101,7 @@ def _results(prob: _Problem, alphas: np.ndarray) -> list[RedlineResult]:
     """Certify at every alpha at once: p-values and corrections are (len(alphas), m) arrays."""
     m, ref = len(prob.names), prob.reference
     tested = family_mask(m, ref, prob.family)
-    p = _pvalue(prob.violations[None, :], prob.n, alphas[:, None])
+    p = lower_tail(prob.violations[None, :], prob.n, alphas[:, None])
     valid = reject_rows(p, prob.delta, tested, prob.correction)
     if prob.correction == "holm":
         adjusted = _holm_adjusted_rows(p, tested)
@@ -198,47 +198,36 @@ def certify(
 ) -> RedlineResult:
     """Certify configs at risk budget alpha and pick the one to deploy.
 
-    Parameters
-    ----------
-    correct : bool array (m, n)
-        ``correct[i, j]``: config i answers prompt j correctly.
-    cost : float array (m,)
-        Positive cost of each config (e.g. tokens per forward, memory in GB).
-    reference : int or str
-        Row (or name) of the reference config.
-    alpha, delta : float in (0, 1)
-        Risk budget and family-wise error level.
-    names : sequence of str, optional
-        Config names (default ``config0``, ``config1``, ...).
-    lower_is_better : bool
-        False for throughput-like costs (TPF, APF), True for memory-like costs.
-    gain : {"percent", "factor"}, optional
-        How gain is reported; default "factor" when lower is better, else "percent".
-    correction : {"holm", "bonferroni"}
-        The multiple-testing correction.
-    family : {"all", "candidates"}
-        Which configs form the family of K tests.
-
-        - ``"all"`` (the default, the paper's convention): the reference is tested too.
-          Its violation count is 0 by construction, so its p-value is ``(1 - alpha)^n``,
-          the smallest of all; it takes Holm's first step at ``delta / m`` and the
-          candidates step from ``delta / (m - 1)`` on. This reproduces the published numbers.
-        - ``"candidates"``: only the m - 1 other configs are tested (K = m - 1), so the
-          candidates' thresholds start at ``delta / (m - 1)`` whatever the reference's
-          p-value: never less powerful, same guarantee. The two agree whenever
-          ``(1 - alpha)^n <= delta / m``; "candidates" certifies more only with very few
-          prompts. The reference gets NaN p-values and ``valid = False``.
-    eligible : bool array (m,), optional
-        Configs that may be deployed (default all). The reference is always eligible.
-
     Selection: the deployed config has the best cost among the valid eligible configs and
     the reference; the reference wins a tie (a candidate must be strictly better), and the
     first listed wins a tie between candidates. A valid config whose cost is not better
     than the reference's is therefore never deployed.
 
-    Returns
-    -------
-    RedlineResult
+    The family (``family``): with ``"all"`` (the default, the paper's convention) the reference
+    is tested too. Its violation count is 0 by construction, so its p-value is
+    ``(1 - alpha)^n``, the smallest of all; it takes Holm's first step at ``delta / m`` and the
+    candidates step from ``delta / (m - 1)`` on. This reproduces the published numbers. With
+    ``"candidates"`` only the m - 1 other configs are tested (K = m - 1), so the candidates'
+    thresholds start at ``delta / (m - 1)`` whatever the reference's p-value: never less
+    powerful, same guarantee. The two agree whenever ``(1 - alpha)^n <= delta / m``;
+    "candidates" certifies more only with very few prompts. The reference then gets NaN
+    p-values and ``valid = False``.
+
+    :param correct: a bool array (m, n); ``correct[i, j]``: config i answers prompt j correctly.
+    :param cost: a float array (m,): the positive cost of each config (e.g. tokens per forward,
+        memory in GB).
+    :param reference: the row (an int) or name (a str) of the reference config.
+    :param alpha: the risk budget in (0, 1).
+    :param delta: the family-wise error level in (0, 1).
+    :param names: config names (default ``config0``, ``config1``, ...).
+    :param lower_is_better: False for throughput-like costs (TPF, APF), True for memory-like costs.
+    :param gain: ``"percent"`` or ``"factor"``: how gain is reported; default ``"factor"`` when
+        lower is better, else ``"percent"``.
+    :param correction: ``"holm"`` or ``"bonferroni"``: the multiple-testing correction.
+    :param family: ``"all"`` or ``"candidates"``: which configs form the family of K tests (above).
+    :param eligible: a bool array (m,) of the configs that may be deployed (default all). The
+        reference is always eligible.
+    :returns: the :class:`RedlineResult`.
     """
     alpha = open_unit("alpha", alpha)
     prob = _problem(correct, cost, reference, delta, names, lower_is_better, gain, correction, family, eligible)

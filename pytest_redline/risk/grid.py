@@ -2,7 +2,7 @@
 
 The gate's verdict needs all three from the same counts. :func:`certify_grid` checks the
 arguments once and computes them together, so that the verdict calls into the statistics
-once (the walk of ``verdict.judge``, ``tests/gate/test_verdict_walk.py``). Each figure equals the
+once (the walk of ``verdict.decide``, ``tests/gate/test_verdict_walk.py``). Each figure equals the
 public function's (:func:`~pytest_redline.risk.certify_counts`,
 :func:`~pytest_redline.risk.exceeds_budget`, :func:`~pytest_redline.risk.alpha_min`);
 ``tests/risk/test_risk_grid.py`` shows it.

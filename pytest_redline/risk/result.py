@@ -1,5 +1,5 @@
 """The outcome of a certification: one frozen record per alpha, and its JSON report object.
-Its text table is :mod:`pytest_redline.redline_table` (the reporting side)."""
+Its text table is :mod:`pytest_redline.report.redline_table` (the reporting side)."""
 from __future__ import annotations
 
 import math
@@ -20,20 +20,21 @@ def _json_float(x: Any) -> float | None:
 class RedlineResult:
     """The outcome of :func:`certify`. Arrays have one entry per config, in input order.
 
-    Attributes
-    ----------
-    names, reference, reference_index : the configs, and the reference's name and row.
-    accuracy : fraction of prompts answered correctly.
-    violations, risk : V(lambda) (int) and V / n.
-    risk_upper : one-sided Clopper-Pearson upper bound on the risk at confidence 1 - delta.
-    p_values, p_adjusted : raw binomial and Holm- (or Bonferroni-) adjusted p-values; NaN
+    :ivar names: the configs.
+    :ivar reference: the reference's name (``reference_index``: its row).
+    :ivar accuracy: the fraction of prompts each config answers correctly.
+    :ivar violations: V(lambda), an int per config (``risk``: V / n).
+    :ivar risk_upper: the one-sided Clopper-Pearson upper bound on the risk at confidence 1 - delta.
+    :ivar p_values: the raw binomial p-values (``p_adjusted``: Holm- or Bonferroni-adjusted); NaN
         for a config outside the family (the reference with ``family="candidates"``).
-    valid : the null "risk > alpha" was rejected. Outside the family: False.
-    deployed, deployed_index : the config to serve (the reference when nothing valid is faster).
-    cost, gain : each config's cost, and its gain over the reference: a percentage when
+    :ivar valid: the null "risk > alpha" was rejected. Outside the family: False.
+    :ivar deployed: the config to serve (``deployed_index``: its row; the reference when nothing
+        valid is faster).
+    :ivar cost: each config's cost.
+    :ivar gain: each config's gain over the reference: a percentage when
         ``gain_kind == "percent"`` (37.5 means +37.5 %), a factor when ``"factor"``
         (2.81 means 2.81x better, e.g. smaller memory).
-    net_accuracy : accuracy minus the reference's, in points (-4.0 means 4 points lower).
+    :ivar net_accuracy: accuracy minus the reference's, in points (-4.0 means 4 points lower).
     """
 
     names: tuple[str, ...]
@@ -65,7 +66,7 @@ class RedlineResult:
         return clopper_pearson_interval(self.violations, self.n, confidence)
 
     def to_dict(self, alpha_min: float | None = None) -> dict[str, Any]:
-        """The JSON report object of docs/reports.md (plain builtins; NaN becomes None)."""
+        """The JSON report object of docs/reference/reports.md (plain builtins; NaN becomes None)."""
         report: dict[str, Any] = {
             "alpha": self.alpha,
             "delta": self.delta,

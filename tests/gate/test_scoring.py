@@ -129,7 +129,8 @@ def test_warm_store_written_before_scoring_left_the_key(folder: Path) -> None:
     with sqlite3.connect(folder / ".redline" / FILENAME) as con:  # the rows as an older store has them
         for config in d.cal.configs:
             for batch in batches:
-                for new, old in zip(d._keys(config, batch), d._keys(config, batch, legacy=True)):
+                prompts = [d.cal.prompts[i] for i in batch.prompts]
+                for new, old in zip(d._keys(config, batch), d.keys.older(config, prompts)[1]):  # the pre-stop format
                     con.execute("UPDATE outcomes SET key = ?, rule = '', scoring = '' WHERE key = ?", (old, new))
     second = decoder(folder, FAKE, session="s2")
     assert [o.correct for o in everything(second)] == [o.correct for o in first] and decoded(folder) == 6

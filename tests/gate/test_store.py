@@ -1,8 +1,10 @@
 """The outcome store: round trips, keys, leases, concurrent writers, and refusing bad files."""
 from __future__ import annotations
 
+import hashlib
 import multiprocessing
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -232,22 +234,133 @@ def test_refuses_damaged_schema(tmp_path: Path) -> None:
         OutcomeStore(tmp_path / FILENAME)
 
 
-def test_suite_identity_is_unchanged_by_the_package_rename():
-    """engines/ and suites/ install as pytest_redline.engines / pytest_redline.suites; the
-    outcome key still names the scorer as before, so a store written before the rename stays warm."""
+def test_scorer_name_is_unchanged_by_the_package_rename():
+    """engines/ and suites/ install as pytest_redline.engines / pytest_redline.suites; the older
+    key formats and the scoring version still name the scorer as before the rename."""
     from types import SimpleNamespace
 
-    from pytest_redline.decode import _suite_identity
+    from pytest_redline.keys import scorer_name
     from pytest_redline.suites.arithmetic import ArithmeticSuite
 
-    suite = ArithmeticSuite()
-    cal = SimpleNamespace(suite=suite, grid=SimpleNamespace(suite="arithmetic", suite_args={}))
-    assert _suite_identity(cal) == {
-        "suite": "arithmetic",
-        "suite_args": {},
-        "scorer": "suites.arithmetic.ArithmeticSuite",
-        "version": str(getattr(suite, "version", "")),
-    }
+    assert scorer_name(SimpleNamespace(suite=ArithmeticSuite())) == "suites.arithmetic.ArithmeticSuite"
+
+
+# ------------------------------------------------------------------ keys by identity (pytest_redline.keys)
+
+MODEL = Path(__file__).resolve().parents[2] / "engines" / "models" / "bd-tiny"
+REPLAY_CSV = Path(__file__).resolve().parents[1] / "data" / "store-pre25" / "replay.csv"
+
+
+def test_a_model_folder_is_identified_by_its_config_and_weights(tmp_path: Path) -> None:
+    from pytest_redline.keys import content_identity
+
+    one, two = tmp_path / "one", tmp_path / "elsewhere" / "two"
+    shutil.copytree(MODEL, one)
+    shutil.copytree(MODEL, two)
+    identity = content_identity(one)
+    assert identity.startswith("sha256:") and content_identity(two) == identity  # by content, not by place
+    (two / "MODEL_CARD.md").write_text("another card")  # documentation: not part of the model
+    assert content_identity(two) == identity
+    (two / "tokenizer_config.json").write_text("{}")  # the tokenizer is
+    assert content_identity(two) != identity
+    weights = (one / "model.safetensors").read_bytes()
+    (one / "model.safetensors").write_bytes(weights[:-1] + bytes([weights[-1] ^ 1]))  # one bit of the weights
+    assert content_identity(one) != identity
+
+
+def test_a_log_folder_is_identified_by_all_its_files(tmp_path: Path) -> None:
+    from pytest_redline.keys import content_identity
+
+    logs = tmp_path / "logs"
+    (logs / "run").mkdir(parents=True)
+    (logs / "run" / "samples.jsonl").write_text('{"doc_id": 0}\n')
+    (logs / "results.json").write_text("{}")
+    identity = content_identity(logs)
+    (logs / ".DS_Store").write_text("hidden")
+    assert content_identity(logs) == identity
+    (logs / "run" / "notes.txt").write_text("a new file")
+    assert content_identity(logs) != identity
+    assert content_identity(logs / "results.json") == "sha256:" + hashlib.sha256(b"{}").hexdigest()
+    with pytest.raises(FileNotFoundError, match=r"missing: no such file or folder"):
+        content_identity(tmp_path / "missing")
+
+
+def test_content_hashes_are_cached_by_path_size_and_mtime(tmp_path: Path) -> None:
+    """A warm rerun reads no weights: the second session hashes no file."""
+    from pytest_redline.keys import ContentHashes, content_identity
+
+    model = tmp_path / "model"
+    shutil.copytree(MODEL, model)
+    cache = tmp_path / "content-hashes.json"
+    first = ContentHashes(cache)
+    identity = content_identity(model, first)
+    assert first.hashed == len([p for p in model.iterdir() if p.suffix in (".json", ".safetensors")])
+    warm = ContentHashes(cache)
+    assert content_identity(model, warm) == identity and warm.hashed == 0
+    weights = model / "model.safetensors"
+    os.utime(weights, ns=(1, 1))  # same content, another mtime: read again, same identity
+    again = ContentHashes(cache)
+    assert content_identity(model, again) == identity and again.hashed == 1
+
+
+def test_only_existing_absolute_input_paths_enter_by_content(tmp_path: Path) -> None:
+    from pytest_redline.keys import by_content, content_identity
+
+    csv = tmp_path / "replay.csv"
+    shutil.copy2(REPLAY_CSV, csv)
+    value = {"outcomes": str(csv), "model": "Qwen/Qwen2.5-0.5B", "path": str(tmp_path / "gone"), "trace": str(csv),
+             "nested": [{"data": csv}], "threads": 1}
+    assert by_content(value) == {"outcomes": content_identity(csv), "model": "Qwen/Qwen2.5-0.5B",
+                                 "path": str(tmp_path / "gone"), "trace": str(csv),
+                                 "nested": [{"data": content_identity(csv)}], "threads": 1}
+
+
+def _replay_keys(folder: Path, suite: object | None = None) -> tuple[list[str], list]:
+    """The current and older keys of a replay config's first batch, its outcome file in ``folder``."""
+    from types import SimpleNamespace
+
+    from pytest_redline.contracts import Prompt
+    from pytest_redline.enginebook import EngineBook
+    from pytest_redline.keys import OutcomeKeys
+
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(REPLAY_CSV, folder / "replay.csv")
+    grid = SimpleNamespace(suite="arithmetic" if suite else None, suite_args={"n": 8}, batch_size=2, engine_stops=True)
+    cal = SimpleNamespace(suite=suite, grid=grid, engines={"c": ("replay", {"outcomes": str(folder / "replay.csv")})},
+                          params={"c": {"config": "acc95/semi90"}})
+    prompts = [Prompt(id="p0", text="1+1"), Prompt(id="p1", text="2+2")]
+    keys = OutcomeKeys(cal, EngineBook())
+    return keys.current("c", prompts), keys.older("c", prompts)
+
+
+class _Suite:
+    version = "1"
+
+    def score(self, prompt, text):
+        return True
+
+
+_Moved = type("_Suite", (_Suite,), {"__module__": "somewhere.else"})  # the same suite, its class moved
+
+
+def test_keys_hold_inputs_by_content_and_the_suite_by_its_entry_point(tmp_path: Path) -> None:
+    here, here_older = _replay_keys(tmp_path / "a", _Suite())
+    there, there_older = _replay_keys(tmp_path / "b" / "c", _Moved())
+    assert here == there  # another folder, another suite module: the same keys
+    assert here_older[0] != there_older[0]  # the place format held both
+    assert len(set(here)) == 2 and not set(here) & set(here_older[0])
+    assert _replay_keys(tmp_path / "d")[0] != here  # the suite is in the key
+
+
+def test_the_key_holds_the_decode_format_not_the_package_version(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import pytest_redline
+    from pytest_redline import keys
+
+    before = _replay_keys(tmp_path / "a")[0]
+    monkeypatch.setattr(pytest_redline, "__version__", "99.0.0")
+    assert _replay_keys(tmp_path / "b")[0] == before
+    monkeypatch.setattr(keys, "DECODE_FORMAT", keys.DECODE_FORMAT + 1)
+    assert _replay_keys(tmp_path / "c")[0] != before
 
 
 # ------------------------------------------------------------------ warm reruns: the model-free engine identity

@@ -3,7 +3,7 @@
 A config's first item decodes all of that config's batches in its setup, so pytest's
 ``--durations`` (and pytest-timeout, and ``-x``) see one slow item per config. The gate
 measures the time in ``engine.generate`` per config and reports it in the summary and as
-``decode_seconds`` in each JSON config entry (docs/gate.md).
+``decode_seconds`` in each JSON config entry (docs/explanation/session.md).
 """
 from __future__ import annotations
 

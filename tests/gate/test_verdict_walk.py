@@ -1,6 +1,6 @@
 """How the verdict walks the gate's modules: profiled on the published LLaDA2 math replay.
 
-``verdict.judge`` reads what the ledger recorded, slices the outcome table, reads the grid's
+``verdict.decide`` reads what the ledger recorded, slices the outcome table, reads the grid's
 settings, confirms the schedule's stops and certifies. Every ``pytest_redline`` module it calls
 into is counted (a package such as ``pytest_redline.risk`` as one), consecutive calls collapsed
 into one run: no module may appear in more than three runs. Before issue 25 (6d5fd4b) the
@@ -55,19 +55,19 @@ def walk(call, package=PACKAGE):
 
 @pytest.mark.slow  # a gate over 7,084 replayed items in process: about 12 s
 @pytest.mark.parametrize("options", [(), ("--redline-full",)], ids=["scheduled", "full"])
-def test_judge_visits_each_module_in_at_most_three_runs(pytester: pytest.Pytester, monkeypatch, options) -> None:
+def test_decide_visits_each_module_in_at_most_three_runs(pytester: pytest.Pytester, monkeypatch, options) -> None:
     project = Project(pytester)
     outcomes = ROOT / "tests" / "data" / "redline" / "llada2_math.csv"
     project.grid(GRID.read_text().replace("../tests/data/redline/llada2_math.csv", str(outcomes)))
     walks = []
-    judge = session.judge
+    decide = session.decide
 
     def profiled(record, *args, **kwargs):
-        verdict, runs = walk(lambda: judge(record, *args, **kwargs))
+        verdict, runs = walk(lambda: decide(record, *args, **kwargs))
         walks.append((record, verdict, runs))
         return verdict
 
-    monkeypatch.setattr(session, "judge", profiled)
+    monkeypatch.setattr(session, "decide", profiled)
     result = project.run("--redline-alpha=0.1", *options)
     assert result.ret == 0
     ((record, verdict, runs),) = walks
@@ -81,7 +81,7 @@ def test_judge_visits_each_module_in_at_most_three_runs(pytester: pytest.Pyteste
 
 def test_walk_counts_runs_of_layers() -> None:
     """The counter itself: a call into another layer and back makes three runs."""
-    from pytest_redline import text
+    from pytest_redline.report import text
     from pytest_redline.risk import binomial
 
     def mixed():
@@ -91,5 +91,5 @@ def test_walk_counts_runs_of_layers() -> None:
         return binomial.critical_count(10, 0.1, 0.1)
 
     _, runs = walk(mixed)
-    assert runs[0] == "pytest_redline.text" and runs[-1] == "pytest_redline.risk"
-    assert Counter(runs)["pytest_redline.text"] == 2
+    assert runs[0] == "pytest_redline.report" and runs[-1] == "pytest_redline.risk"
+    assert Counter(runs)["pytest_redline.report"] == 2

@@ -34,7 +34,7 @@ def test_readme_is_short_and_every_docs_link_exists():
 
 
 def test_no_citation_of_the_design_file_outside_the_repository():
-    """The project cites only itself: docs/architecture.md holds the contracts, not a design file
+    """The project cites only itself: docs/contributing/architecture.md holds the contracts, not a design file
     beside the repository."""
     needle = "DESIGN" + ".md"  # spelled apart, so this file does not cite it either
     folders = ("pytest_redline", "engines", "suites", "training", "docs", "tests", "benchmarks", "grids")
@@ -42,3 +42,32 @@ def test_no_citation_of_the_design_file_outside_the_repository():
     files += [ROOT / name for name in ("README.md", "pyproject.toml", "mkdocs.yml", "redline.yaml", "conftest.py")]
     cited = [str(p.relative_to(ROOT)) for p in files if needle in p.read_text(errors="replace")]
     assert cited == []
+
+
+def test_no_page_mentions_an_issue_number():
+    """Pages describe the present; what changed, and when, is CHANGELOG.md's."""
+    import re
+
+    pattern = re.compile(r"\bissues?\s*#?\d+|\bchanged in (?:issue|#|v?\d)|(?<![\w&/])#\d+\b", re.I)
+    pages = [*sorted((ROOT / "docs").rglob("*.md")), ROOT / "README.md"]
+    found = [f"{p.relative_to(ROOT)}:{i}: {m.group(0)}" for p in pages
+             for i, line in enumerate(p.read_text().splitlines(), 1) for m in pattern.finditer(line)]
+    assert found == []
+
+
+def test_options_page_lists_every_option_and_ini_key():
+    """docs/reference/options.md has one row per option that pytest_redline/options.py declares,
+    with its ini key (or none), and nothing else."""
+    import re
+
+    from pytest_redline import options
+
+    parser = pytest.Parser(_ispytest=True)
+    options.add_options(parser)
+    declared = {opt.names()[0] for opt in parser.getgroup("redline").options}
+    ini = set(parser._inidict)
+    page = (ROOT / "docs/reference/options.md").read_text()
+    rows = re.findall(r"^\| `(--redline-[a-z-]+)(?:[^|]|\\\|)*\| (?:`(redline_[a-z_]+)`|–) \|", page, re.M)
+    assert sorted(name for name, _ in rows) == sorted(declared)
+    assert {key for _, key in rows if key} == ini
+    assert all(not key or key == name[2:].replace("-", "_") for name, key in rows)

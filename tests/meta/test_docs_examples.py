@@ -1,4 +1,4 @@
-"""The examples of docs/writing-an-engine.md and docs/writing-a-suite.md, taken from the pages
+"""The examples of docs/how-to/writing-an-engine.md and docs/how-to/writing-a-suite.md, taken from the pages
 themselves: each module is under 60 lines, registers through the entry point of the page's
 pyproject.toml (an installed distribution's dist-info, as pip writes it), and gates the page's
 grid in a pytest subprocess."""
@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCS = ROOT / "docs"
+DOCS = ROOT / "docs" / "how-to"
 
 
 def blocks(page: str) -> dict[str, str]:

@@ -11,7 +11,7 @@ import of ``pkg.name`` when that is a module, else of ``pkg``.
 The graph is read with :mod:`ast` from the source files of ``pytest_redline`` and of the
 folders it installs as subpackages (``engines/`` and ``suites/``), without importing them.
 
-**The layering** (``docs/architecture.md``, *Contracts*). Here an import is a static one: every
+**The layering** (``docs/contributing/architecture.md``, *Contracts*). Here an import is a static one: every
 ``import`` statement outside ``if TYPE_CHECKING:`` (a type-only import loads nothing at run time),
 lazy ones included; loading an entry point or ``importlib.import_module`` is not one.
 
@@ -24,6 +24,22 @@ lazy ones included; loading an entry point or ``importlib.import_module`` is not
 
 Each rule failed on the code before issue 25 (commit 6d5fd4b): :func:`layering` lists the
 violations of a checkout, e.g. ``python tests/meta/test_imports.py /tmp/pre25``.
+
+**The output code** (``pytest_redline/report/``):
+
+4. No renderer (:data:`RENDERERS`) imports another: each reads the verdict, the report document
+   (``report.document``) and the shared words, text and file helpers.
+5. The report files' helpers (:data:`FILE_HELPERS`) are defined in ``report/files.py`` alone, and
+   imported from there.
+
+Both failed on the code before the package (commit 2e7674c, where ``review`` and ``step_summary``
+imported ``report``, and the helpers sat in ``report.py`` and ``review.py``): :func:`output_rules`
+lists the violations of a checkout, and the command above prints them too.
+
+6. No private name (``_name``) is imported from outside the importer's own package: a package's
+   modules may share their private helpers, another package uses public names only. It failed
+   on 2e7674c, where ``planning`` imported ``_critical``, ``_pvalue``, ``_scalar`` and ``_upper``
+   from ``pytest_redline.risk``: :func:`private_imports`.
 """
 from __future__ import annotations
 
@@ -40,6 +56,15 @@ CONTRACTS = "pytest_redline.contracts"
 RECORDED = {"pytest_redline.engines.replay"}  # engines that read recorded outcomes: may import outcomes
 # Imports the rules allow for now, each with the change that removes it.
 PENDING: set[tuple[str, str]] = set()  # imports that break a rule until a branch in flight lands
+# The modules that render an output. Before the report package (2e7674c) they were the four
+# listed last, which are named so that the rules read an old checkout too.
+RENDERERS = {
+    "pytest_redline.report.terminal", "pytest_redline.report.outcome_csv", "pytest_redline.report.review",
+    "pytest_redline.report.summary", "pytest_redline.report.redline_table",
+    "pytest_redline.report", "pytest_redline.review", "pytest_redline.step_summary", "pytest_redline.redline_table",
+}
+FILES = "pytest_redline.report.files"
+FILE_HELPERS = {"atomic_write", "check_writable", "file_sha256", "provenance"}
 
 
 def _modules(root: Path | None = None) -> dict[str, Path]:
@@ -128,6 +153,55 @@ def layering(root: Path | None = None) -> dict[str, list[str]]:
     gate_alone = [(a, b) for a, b in edges if _side(a) == "gate" and (_side(b) != "gate" or a == CONTRACTS)]
     found = {"apart": apart, "contracts_only": contracts_only, "gate_alone": gate_alone}
     return {rule: [f"{a} -> {b}" for a, b in pairs] for rule, pairs in found.items()}
+
+
+def _from_imports(name: str, path: Path, known: set[str]) -> list[tuple[str, str]]:
+    """Every ``from MODULE import NAME`` of a module, as ``(MODULE, NAME)`` with MODULE resolved."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = []
+    for node in ast.walk(_parse(path, path.stat().st_mtime_ns)):
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([node.module] if node.module else []))
+            found += [(base, alias.name) for alias in node.names]
+    return found
+
+
+def output_rules(root: Path | None = None) -> dict[str, list[str]]:
+    """The violations of the output rules (module docstring, 4 and 5)."""
+    modules = _modules(root)
+    known = set(modules)
+    graph = import_graph(root)
+    renderers = sorted(RENDERERS & known)
+    apart = [f"{a} -> {b}" for a in renderers for b in sorted(graph[a]) if b in RENDERERS and b != a]
+    helpers = []
+    for name, path in sorted(modules.items()):
+        if name == FILES:
+            continue
+        tree = _parse(path, path.stat().st_mtime_ns)
+        helpers += [f"{name} defines {node.name}" for node in tree.body
+                    if isinstance(node, ast.FunctionDef) and node.name in FILE_HELPERS]
+        helpers += [f"{name} imports {helper} from {module}" for module, helper in _from_imports(name, path, known)
+                    if helper in FILE_HELPERS and module != FILES]
+    return {"renderers_apart": apart, "file_helpers": helpers}
+
+
+def private_imports(root: Path | None = None) -> list[str]:
+    """Rule 6's violations: ``"importer imports _name from module"``."""
+    modules = _modules(root)
+    known = set(modules)
+    found = []
+    for name, path in sorted(modules.items()):
+        own = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for module, imported in _from_imports(name, path, known):
+            if not imported.startswith("_") or imported.startswith("__"):
+                continue
+            home = module if module in known and modules[module].name == "__init__.py" else module.rpartition(".")[0]
+            if home != own:
+                found.append(f"{name} imports {imported} from {module}")
+    return found
 
 
 def loops(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -253,6 +327,67 @@ def test_layering_sees_each_kind_of_import(tmp_path):
     }
 
 
+def test_renderers_import_no_other_renderer():
+    """Rule 4. 2e7674c: review imported report (grid_report, atomic_write, best_cost, session_line),
+    step_summary imported report and review (file_sha256)."""
+    assert {"pytest_redline.report.terminal", "pytest_redline.report.summary"} <= set(import_graph())
+    assert output_rules()["renderers_apart"] == []
+
+
+def test_file_helpers_live_in_report_files():
+    """Rule 5. 2e7674c: atomic_write sat in report.py, check_writable, file_sha256 and provenance
+    in review.py, and session, review and step_summary imported them from there."""
+    assert output_rules()["file_helpers"] == []
+
+
+def test_output_rules_see_each_violation(tmp_path):
+    """The output rules' reading: a renderer's lazy import of another, a helper defined outside
+    files.py and one imported from elsewhere are each found; imports of the shared modules are not."""
+    for folder, source in {
+        "pytest_redline": "", "pytest_redline/report": "", "engines": "", "suites": "",
+        "pytest_redline/report/files.py": "def atomic_write(path, text):\n    pass\n",
+        "pytest_redline/report/document.py": "from pytest_redline.report.files import atomic_write\n",
+        "pytest_redline/report/terminal.py": "from pytest_redline.report import document\n",
+        "pytest_redline/report/summary.py": (
+            "def f():\n    from pytest_redline.report.terminal import grid_lines\n"
+            "    from .document import atomic_write\n"
+        ),
+        "pytest_redline/session.py": "def check_writable(path):\n    pass\n",
+    }.items():
+        path = tmp_path / folder
+        if not source and "." not in folder:
+            path.mkdir()
+            (path / "__init__.py").write_text("")
+        else:
+            path.write_text(source)
+    assert output_rules(tmp_path) == {
+        "renderers_apart": ["pytest_redline.report.summary -> pytest_redline.report.terminal"],
+        "file_helpers": ["pytest_redline.report.summary imports atomic_write from pytest_redline.report.document",
+                         "pytest_redline.session defines check_writable"],
+    }
+
+
+def test_no_private_name_leaves_its_package():
+    """Rule 6 (2e7674c: planning imported four private names from the risk package)."""
+    assert private_imports() == []
+
+
+def test_private_imports_are_found(tmp_path):
+    for folder, source in {
+        "pytest_redline": "", "pytest_redline/risk": "", "engines": "", "suites": "",
+        "pytest_redline/risk/binomial.py": "def _pvalue():\n    pass\n",
+        "pytest_redline/risk/grid.py": "from pytest_redline.risk.binomial import _pvalue\nfrom .binomial import __doc__\n",
+        "pytest_redline/planning.py": "def f():\n    from pytest_redline.risk.binomial import _pvalue\n",
+    }.items():
+        path = tmp_path / folder
+        if not source and "." not in folder:
+            path.mkdir()
+            (path / "__init__.py").write_text("")
+        else:
+            path.write_text(source)
+    assert private_imports(tmp_path) == ["pytest_redline.planning imports _pvalue from pytest_redline.risk.binomial"]
+
+
 def test_never_reaches_lab_gate():
     """The pytest plugin and everything it imports stay clear of the paper's analyses."""
     graph = import_graph()
@@ -284,5 +419,6 @@ def test_old_names_warn_contracts():
 
 
 if __name__ == "__main__":  # the rules against another checkout: python tests/meta/test_imports.py ROOT
-    for rule, violations in layering(Path(sys.argv[1])).items():
+    root = Path(sys.argv[1])
+    for rule, violations in {**layering(root), **output_rules(root), "private_imports": private_imports(root)}.items():
         print(f"{rule}: {len(violations)} violations", *violations, sep="\n  ")

@@ -1,4 +1,4 @@
-"""The review page's charts (pytest_redline.review_charts): round ticks, a gain axis that says
+"""The review page's charts (pytest_redline.report.charts): round ticks, a gain axis that says
 what it shows, the deployed point ringed, and point labels that neither overlap nor leave the
 figure, checked geometrically with the boxes matplotlib's renderer gives the labels' text
 (DejaVu Sans, the sans-serif Chromium uses here) at the positions the layout chose."""
@@ -8,8 +8,8 @@ import re
 
 import pytest
 
-from pytest_redline import review_charts as rc
-from pytest_redline.review_charts import Box
+from pytest_redline.report import charts as rc
+from pytest_redline.report.charts import Box
 
 # The published llada2_math grid at alpha 0.1: (name, gain %, risk upper); five points within
 # 30 % and 0.006 of each other, where the old labels overlapped and one was clipped.

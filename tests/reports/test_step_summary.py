@@ -16,14 +16,14 @@ from pathlib import Path
 import pytest
 import redline_fakes  # noqa: F401  (loads numpy and the gate's modules once, for pytester's in-process runs)
 
-from pytest_redline import step_summary
+from pytest_redline.report import summary as step_summary
 from pytest_redline.calibration import Level, prepare
 from pytest_redline.enginebook import EngineBook
 from pytest_redline.grid import load_grid
 from pytest_redline.ledger import GridRecord
 from pytest_redline.outcomes import OutcomeTable
 from pytest_redline.record import ItemRecord
-from pytest_redline.verdict import judge
+from pytest_redline.verdict import decide
 
 cmarkgfm = pytest.importorskip("cmarkgfm", reason="cmarkgfm (GitHub's Markdown renderer) is in the test extra")
 from cmarkgfm.cmark import Options  # noqa: E402
@@ -52,7 +52,7 @@ def replayed(alpha: float = 0.1, deploy: str | None = None):
                 cal.label, config, prompt, correct=bool(table.correct[i, j]), tokens=float(table.tokens[i, j]),
                 forwards=float(table.forwards[i, j]), extra={}, source="store", regression=regressed, rule="engine",
                 reference_rule="engine" if regressed else None)
-    return judge(GridRecord(cal, entries, ()))
+    return decide(GridRecord(cal, entries, ()))
 
 
 @pytest.fixture(scope="module")
@@ -299,13 +299,13 @@ def test_summary_usage_errors(pytester, monkeypatch):
 
 
 def test_the_ci_pages_workflow_writes_the_summary_and_uploads_the_page_and_the_junit_xml():
-    """docs/ci.md's workflow is valid YAML, its gate step uses only options the plugin declares,
+    """docs/how-to/ci.md's workflow is valid YAML, its gate step uses only options the plugin declares,
     and the artifact holds what that step writes (the review page and the JUnit XML among them)."""
     import yaml
 
     from pytest_redline import options
 
-    page = (ROOT / "docs" / "ci.md").read_text()
+    page = (ROOT / "docs" / "how-to" / "ci.md").read_text()
     (block,) = [b for b in re.findall(r"```yaml\n(.*?)```", page, re.S) if "jobs:" in b]
     steps = yaml.safe_load(block)["jobs"]["gate"]["steps"]
     (gate,) = [s["run"] for s in steps if "run" in s and "--redline-alpha" in s["run"]]

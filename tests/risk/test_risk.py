@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from pytest_redline import planning, redline_table, risk
+from pytest_redline import planning, risk
+from pytest_redline.report import redline_table
 
 
 def exact_log_cdf(v, n, alpha):
@@ -349,7 +350,7 @@ def test_no_torch_or_pytest_import_risk():
     code = (
         "import sys; sys.modules['torch'] = None; sys.modules['pytest'] = None\n"
         "import numpy as np\n"
-        "from pytest_redline import risk, planning, outcomes, cli, redline_table\n"
+        "from pytest_redline import risk, planning, outcomes, cli\nfrom pytest_redline.report import redline_table\n"
         "r = risk.certify(np.eye(3, dtype=bool), [1.0, 2.0, 3.0], 0, 0.5, 0.5)\n"
         "risk.alpha_min(np.eye(3, dtype=bool), [1.0, 2.0, 3.0], 0)\n"
         "planning.prompts_needed(0.05, 0.03, 8); risk.clopper_pearson_interval(3, 10); redline_table.render(r)\n"

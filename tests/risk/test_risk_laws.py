@@ -304,7 +304,7 @@ def _critical_by_bisection(n, alpha, level):
     lo, hi = np.full(n.shape, -1, dtype=np.int64), n.copy()
     while np.any(hi - lo > 1):
         mid = (lo + hi) // 2
-        passes = binomial._pvalue(mid, n, alpha) <= level
+        passes = binomial.lower_tail(mid, n, alpha) <= level
         lo, hi = np.where(passes, mid, lo), np.where(passes, hi, mid)
     return lo
 
@@ -316,7 +316,7 @@ def _critical_by_bisection(n, alpha, level):
 @example([7, 10**6], 1 - 1e-9, 0.999)
 def test_equivalent_critical_count_bisection(ns, alpha, level):
     n = np.array(ns)
-    assert binomial._critical(n, alpha, level).tolist() == _critical_by_bisection(n, alpha, level).tolist()
+    assert binomial.critical_counts(n, alpha, level).tolist() == _critical_by_bisection(n, alpha, level).tolist()
 
 
 def _prompts_needed_full_scan(alpha, true_risk, m, delta, power):
@@ -328,7 +328,7 @@ def _prompts_needed_full_scan(alpha, true_risk, m, delta, power):
     while True:
         n = np.arange(1, hi + 1, dtype=np.int64)
         k = _critical_by_bisection(n, alpha, level)
-        failing = np.flatnonzero(np.where(k < 0, 0.0, binomial._pvalue(np.maximum(k, 0), n, true_risk)) < power)
+        failing = np.flatnonzero(np.where(k < 0, 0.0, binomial.lower_tail(np.maximum(k, 0), n, true_risk)) < power)
         last_fail = int(n[failing[-1]]) if failing.size else 0
         if 2 * last_fail < hi:
             return last_fail + 1

@@ -24,7 +24,7 @@ from scipy import stats
 from pytest_redline import risk
 from pytest_redline.risk.corrections import reject_rows
 from pytest_redline.planning import reverse_power, reverse_prompts_needed
-from pytest_redline.risk.reverse import _upper
+from pytest_redline.risk.reverse import upper_tail
 
 ALPHAS = (Fraction(1, 20), Fraction(1, 10), Fraction(1, 5), Fraction(1, 4))
 
@@ -192,7 +192,7 @@ def _error(dist: np.ndarray, n: int, alpha: float, delta: float, correction: str
     """P(some candidate whose null holds is said to exceed), through the gate's rejection rule."""
     k = dist.ndim
     v = np.indices(dist.shape).reshape(k, -1).T  # every violation vector
-    p = np.column_stack([np.ones(len(v)), _upper(v, n, alpha)])  # column 0: the reference (untested)
+    p = np.column_stack([np.ones(len(v)), upper_tail(v, n, alpha)])  # column 0: the reference (untested)
     tested = np.r_[False, np.ones(k, dtype=bool)]
     exceeds = reject_rows(p, delta, tested, correction)[:, 1:]
     for row in (0, len(v) // 2, len(v) - 1):  # the vectorized rule is exceeds_budget's

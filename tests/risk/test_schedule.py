@@ -8,7 +8,8 @@ from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 from published import published_table
 
-from pytest_redline import redline_table, risk
+from pytest_redline import risk
+from pytest_redline.report import redline_table
 from pytest_redline.outcomes import OutcomeTable
 from pytest_redline.schedule import CANNOT, CERTAIN, Schedule, StopRule, contenders, seeded_order, seeded_prefix
 from pytest_redline.verdict import certify_scheduled

@@ -1,6 +1,6 @@
 """The execution sandbox: programs pass only when their tests ran to the end and they exited 0;
 adversarial programs fail fast, leave nothing behind and leave the harness working; and a
-program cannot reach the harness, the project, the host or another program (docs/sandbox.md).
+program cannot reach the harness, the project, the host or another program (docs/explanation/sandbox.md).
 
 Every attack is bounded: forks by ``Limits.processes``, memory by ``Limits.memory_bytes``, and
 time by ``bounded`` (an outer timeout around the whole run)."""
@@ -161,7 +161,7 @@ def test_fail_forged_token_sandbox(when):
 
 
 def test_fail_token_without_exit_zero_sandbox():
-    # A program that digs the token out of the bootstrap's frame on purpose (docs/sandbox.md: no
+    # A program that digs the token out of the bootstrap's frame on purpose (docs/explanation/sandbox.md: no
     # in-process harness prevents that) still needs exit status 0, and its wrong answer exits 1.
     code = ("import atexit, os, sys\n"
             "frame = sys._getframe(1)\n"

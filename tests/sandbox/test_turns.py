@@ -1,4 +1,4 @@
-"""What makes run_many fast without weakening it (docs/sandbox.md, "Starting ahead"): sandboxes
+"""What makes run_many fast without weakening it (docs/explanation/sandbox.md, "Starting ahead"): sandboxes
 started ahead of their turn (at most ``workers`` programs run user code at once, a program's clock
 starts at its turn, a sandbox whose turn never comes is torn down), and a bootstrap that imports
 neither site nor os yet sets what site would."""

@@ -212,10 +212,11 @@ configs:
 deploy: fastest
 """
 
-if __name__ == "__main__":  # python tests/support/recorded_logs.py OUT: the logs and a grid over each (docs/recorded-runs.md)
+if __name__ == "__main__":  # python tests/support/recorded_logs.py OUT: the logs and a grid over each (docs/how-to/recorded-runs.md)
     out = Path(sys.argv[1])
     for name, run, grid in (("lm-eval", run_lm_eval, LM_EVAL_GRID), ("inspect", run_inspect, INSPECT_GRID)):
         (out / name).mkdir(parents=True, exist_ok=True)
         with pytest.MonkeyPatch.context() as patch:
             run(out / name, patch)
         (out / f"{name}.yaml").write_text(grid)
+    (out / "changed.yaml").write_text(LM_EVAL_GRID.replace("lm-eval/fast,", "lm-eval/changed,"))  # one prompt differs: exit 4

@@ -40,7 +40,10 @@ import yaml  # noqa: F401
 import pytest_redline.engines.replay  # noqa: F401
 import pytest_redline.nodes  # noqa: F401
 import pytest_redline.protocol  # noqa: F401
-import pytest_redline.report  # noqa: F401
+import pytest_redline.report.document  # noqa: F401
+import pytest_redline.report.outcome_csv  # noqa: F401
+import pytest_redline.report.sentences  # noqa: F401
+import pytest_redline.report.terminal  # noqa: F401
 import pytest_redline.risk  # noqa: F401
 import pytest_redline.session  # noqa: F401
 from pytest_redline.contracts import Generation, Prompt

@@ -1,0 +1,238 @@
+"""The outcome store's keys: what an outcome depends on, by identity, never by place.
+
+A key is the SHA-256 (:func:`~pytest_redline.store.content_key`) of these fields:
+
+- ``decode_format``: :data:`DECODE_FORMAT`, the version of what a decode of the same inputs gives;
+- ``engine``: the engine's entry-point name, its ``engine_args`` (those its class keys), its
+  ``fingerprint()`` (the weights) and its ``describe()`` (device, dtype, library versions, ...);
+- ``params``: the config's parameters (a recorded run's ``logs_sha256`` among them);
+- ``suite``: the suite's entry-point name and ``suite_args`` (None for a grid without a suite);
+  not its class's module, and not its scoring version, so that a new scoring re-scores stored
+  texts and decodes nothing;
+- ``batch``: the batch size and the ids of the batch's prompts (batched decoding can change an
+  answer in its last bits);
+- ``prompt``: the prompt's id, text, chat messages and metadata; ``stop``: its stop strings and
+  whether the engine honours them.
+
+**Inputs by content.** Wherever one of these fields holds an input path (a value under one of
+:data:`~pytest_redline.grid.INPUT_PATH_KEYS`, such as ``model``, ``outcomes`` or ``path``, that is
+the absolute path of an existing file or folder), the key holds :func:`content_identity` of it
+instead. So a second clone, or a CI runner with another work directory, hits the same keys.
+
+**One chain of legacy lookups.** :meth:`OutcomeKeys.chain` gives a batch's keys in every format,
+newest first (:data:`FORMATS`): :meth:`OutcomeKeys.current`, then :meth:`OutcomeKeys.older`. The
+decoder looks each outcome up under the newest key, then under each older one in order, and
+copies what an older key finds to the newest.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+from pytest_redline.contracts import Prompt
+from pytest_redline.grid import INPUT_PATH_KEYS
+from pytest_redline.scoring import engine_prompts, stop_identity
+from pytest_redline.store import content_key
+
+if TYPE_CHECKING:
+    from pytest_redline.calibration import Calibration
+    from pytest_redline.enginebook import EngineBook
+
+# Changes only when a release can change an answer that no other field of the key captures (how
+# prompts reach the engines, how batches form, how a generation becomes an outcome). A release
+# that changes it says so in the CHANGELOG; its stores are then cold, by design.
+DECODE_FORMAT = 1
+FORMATS = ("identity", "place", "pre-stop")  # the chain, newest first; see OutcomeKeys.chain
+PLACE_PACKAGE = "0.1.0"  # the package version that the older formats hold (the only one that wrote them)
+CONTENT_HASHES = "content-hashes.json"  # beside the outcome store
+MODEL_CONFIG_SUFFIXES = (".json", ".jinja", ".model", ".txt", ".py", ".tiktoken")  # config, tokenizer, template, code
+MODEL_WEIGHT_SUFFIXES = (".safetensors", ".bin")
+
+
+class ContentHashes:
+    """SHA-256 of files, cached by (resolved path, size, mtime_ns) in a JSON file (None: in memory
+    only), so that a warm rerun reads no weights. ``hashed`` counts the files read this time."""
+
+    def __init__(self, path: str | os.PathLike | None = None) -> None:
+        self.path = Path(path) if path is not None else None
+        self.hashed = 0
+        self._entries: dict[str, list] = self._read()
+        self._dirty = False
+
+    def _read(self) -> dict[str, list]:
+        if self.path is None or not self.path.is_file():
+            return {}
+        try:
+            entries = json.loads(self.path.read_text())
+            return {str(k): list(v) for k, v in dict(entries).items()}
+        except (OSError, ValueError, TypeError):
+            return {}  # unreadable: rebuilt as files are hashed
+
+    def sha256(self, file: Path) -> str:
+        stat = file.stat()
+        where = str(file.resolve())
+        entry = self._entries.get(where)
+        if entry is not None and entry[:2] == [stat.st_size, stat.st_mtime_ns]:
+            return entry[2]
+        digest = hashlib.sha256()
+        with open(file, "rb") as handle:
+            for chunk in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(chunk)
+        self.hashed += 1
+        self._entries[where] = [stat.st_size, stat.st_mtime_ns, digest.hexdigest()]
+        self._dirty = True
+        return digest.hexdigest()
+
+    def save(self) -> None:
+        """Write the cache (merged with what other processes wrote meanwhile), atomically."""
+        if self.path is None or not self._dirty:
+            return
+        merged = {**self._read(), **self._entries}
+        try:
+            tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(merged, sort_keys=True))
+            os.replace(tmp, self.path)
+            self._dirty = False
+        except OSError:
+            pass  # a read-only cache folder: the hashes stay in memory
+
+
+def content_identity(path: str | os.PathLike, hashes: ContentHashes | None = None) -> str:
+    """The content identity of an input path, ``"sha256:<hex>"``: what enters an outcome key
+    instead of the path, so that the same input in another folder has the same identity.
+
+    - a file: the SHA-256 of its bytes;
+    - a model folder (``config.json`` and a weight file at its top level): the SHA-256 over the
+      names and hashes of its configuration files (:data:`MODEL_CONFIG_SUFFIXES`: config,
+      generation config, tokenizer, chat template, remote code) and weight files
+      (:data:`MODEL_WEIGHT_SUFFIXES`), not its documentation;
+    - any other folder (a recorded run's logs): the SHA-256 over the relative names and hashes of
+      all its files, subfolders included, but hidden ones.
+
+    :param path: the file or folder.
+    :param hashes: the cache of file hashes (by path, size and mtime); None hashes every file.
+    :raises FileNotFoundError: when ``path`` is neither a file nor a folder.
+    """
+    path, hashes = Path(path), hashes if hashes is not None else ContentHashes()
+    if path.is_file():
+        found = hashes.sha256(path)
+    elif path.is_dir():
+        listing = [[f.relative_to(path).as_posix(), hashes.sha256(f)] for f in _identity_files(path)]
+        found = hashlib.sha256(json.dumps(listing).encode()).hexdigest()
+    else:
+        raise FileNotFoundError(f"{path}: no such file or folder, so it has no content identity")
+    hashes.save()
+    return f"sha256:{found}"
+
+
+def _identity_files(folder: Path) -> list[Path]:
+    top = sorted(p for p in folder.iterdir() if p.is_file())
+    if (folder / "config.json").is_file() and any(p.suffix in MODEL_WEIGHT_SUFFIXES for p in top):
+        return [p for p in top if p.suffix in MODEL_CONFIG_SUFFIXES + MODEL_WEIGHT_SUFFIXES]
+    return sorted(p for p in folder.rglob("*") if p.is_file()
+                  and not any(part.startswith(".") for part in p.relative_to(folder).parts))
+
+
+def by_content(value: Any, hashes: ContentHashes | None = None, key: str = "") -> Any:
+    """``value`` with every input path replaced by its :func:`content_identity`: a string under an
+    input-path key (:data:`~pytest_redline.grid.INPUT_PATH_KEYS`) that is the absolute path of an
+    existing file or folder, at any depth of mappings and lists. Other strings (a served model's
+    name, a path that does not exist) stay as they are."""
+    if isinstance(value, Mapping):
+        return {k: by_content(v, hashes, str(k)) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [by_content(v, hashes, key) for v in value]
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if key in INPUT_PATH_KEYS and isinstance(value, str) and os.path.isabs(value) and os.path.exists(value):
+        return content_identity(value, hashes)
+    return value
+
+
+def scorer_name(cal: Calibration) -> str:
+    """The suite's class as the older key formats and the scoring version name it (its module as
+    before engines/ and suites/ installed under pytest_redline); empty without a suite."""
+    if cal.suite is None:
+        return ""
+    kind = type(cal.suite)
+    return f"{kind.__module__.removeprefix('pytest_redline.')}.{kind.__qualname__}"
+
+
+def suite_identity(cal: Calibration, hashes: ContentHashes | None = None) -> dict[str, Any] | None:
+    """The suite as the key holds it: its entry-point name and arguments, inputs by content."""
+    if cal.suite is None:
+        return None
+    return {"suite": cal.grid.suite, "suite_args": by_content(dict(cal.grid.suite_args), hashes)}
+
+
+def prompt_identity(prompt: Prompt) -> dict[str, Any]:
+    return {"id": prompt.id, "text": prompt.text, "messages": list(prompt.messages), "meta": dict(prompt.meta)}
+
+
+class OutcomeKeys:
+    """The outcome keys of one grid's batches, in every format of the legacy chain.
+
+    :param cal: the grid's calibration (configs, params, suite, prompts).
+    :param engines: the session's engines; only their identity is asked (a warm rerun builds none).
+    :param hashes: the cache of file hashes for the inputs' content identities.
+    """
+
+    def __init__(self, cal: Calibration, engines: EngineBook, hashes: ContentHashes | None = None) -> None:
+        self.cal, self.engines, self.hashes = cal, engines, hashes if hashes is not None else ContentHashes()
+        self._engine: dict[str, dict[str, Any]] = {}
+        self._params: dict[str, Any] = {}
+        self._suite: dict[str, Any] | None = None
+
+    def current(self, config: str, prompts: Sequence[Prompt]) -> list[str]:
+        """The keys of a batch (its prompts in order) in the newest format, ``identity``."""
+        cal = self.cal
+        shared = {"decode_format": DECODE_FORMAT, "engine": self._engine_identity(config),
+                  "params": self._config_params(config), "suite": self._suite_identity(), "batch": self._batch(prompts)}
+        return [content_key({**shared, "prompt": prompt_identity(p), "stop": stop_identity(cal, p)}) for p in prompts]
+
+    def older(self, config: str, prompts: Sequence[Prompt]) -> list[list[str | None]]:
+        """A batch's keys in each older format of :data:`FORMATS`, in order; None where a format
+        cannot hold the prompt's outcome:
+
+        - ``place``: inputs by absolute path, the suite also by its class (:func:`scorer_name`),
+          and ``package: 0.1.0`` instead of the decode format;
+        - ``pre-stop``: as ``place``, with the suite's version in the key and no stop strings;
+          only for prompts that the engine gets without stop strings, as then.
+        """
+        cal = self.cal
+        shared = {"engine": self.engines.identity(*cal.engines[config]), "params": cal.params[config],
+                  "batch": self._batch(prompts), "package": PLACE_PACKAGE}
+        suite = None if cal.suite is None else {"suite": cal.grid.suite, "suite_args": dict(cal.grid.suite_args),
+                                                "scorer": scorer_name(cal)}
+        place = [content_key({**shared, "suite": suite, "prompt": prompt_identity(p), "stop": stop_identity(cal, p)})
+                 for p in prompts]
+        versioned = None if suite is None else {**suite, "version": str(getattr(cal.suite, "version", ""))}
+        pre_stop = [None if stop else content_key({**shared, "suite": versioned, "prompt": prompt_identity(p)})
+                    for p, stop in zip(prompts, [p.stop for p in engine_prompts(cal, list(prompts))])]
+        return [place, pre_stop]
+
+    def chain(self, config: str, prompts: Sequence[Prompt]) -> list[list[str | None]]:
+        """A batch's keys in every format of :data:`FORMATS`, newest first."""
+        return [self.current(config, prompts), *self.older(config, prompts)]
+
+    def _batch(self, prompts: Sequence[Prompt]) -> dict[str, Any]:
+        return {"size": self.cal.grid.batch_size, "prompts": [p.id for p in prompts]}
+
+    def _suite_identity(self) -> dict[str, Any] | None:
+        if self._suite is None and self.cal.suite is not None:  # here, not at start: an unreadable input is the batch's error
+            self._suite = suite_identity(self.cal, self.hashes)
+        return self._suite
+
+    def _engine_identity(self, config: str) -> dict[str, Any]:
+        name, args = self.cal.engines[config]
+        if config not in self._engine:
+            self._engine[config] = by_content(self.engines.identity(name, args), self.hashes)
+        return self._engine[config]
+
+    def _config_params(self, config: str) -> Any:
+        if config not in self._params:
+            self._params[config] = by_content(self.cal.params[config], self.hashes)
+        return self._params[config]
