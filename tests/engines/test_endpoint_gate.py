@@ -126,5 +126,9 @@ def test_a_reference_fault_never_certifies_what_the_healthy_run_would_not(pytest
         back.respond = respond
         grid(pytester.path, back.base_url)
         second = gate(run_gate)
+        resent = back.sent_prompts()
     assert second.ret == (0 if expected["certified"] else 1)
     assert verdict(pytester) == expected
+    # exactly the missing prompts: the outcome key holds no batch, so the rerun's scheduled batches
+    # find what the faulty run's prompt-order batches stored
+    assert resent == {p: 1 for p in faulty}

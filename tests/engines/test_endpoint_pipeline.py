@@ -71,6 +71,7 @@ def test_the_server_sees_concurrency_requests_across_batches_one_config_at_a_tim
     assert set(sent.values()) == {1}  # no prompt sent twice
 
 
+@pytest.mark.slow  # two in-process gate runs: 5 s of wall on the loaded 2-core machine, 2.5 s alone
 def test_the_pipelined_verdict_is_the_serial_one(pytester, run_gate, answers, monkeypatch):
     verdicts, sent = {}, {}
     for way in ("pipelined", "serial"):

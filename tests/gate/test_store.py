@@ -347,8 +347,10 @@ def test_keys_hold_inputs_by_content_and_the_suite_by_its_entry_point(tmp_path: 
     here, here_older = _replay_keys(tmp_path / "a", _Suite())
     there, there_older = _replay_keys(tmp_path / "b" / "c", _Moved())
     assert here == there  # another folder, another suite module: the same keys
-    assert here_older[0] != there_older[0]  # the place format held both
-    assert len(set(here)) == 2 and not set(here) & set(here_older[0])
+    # replay is batch-invariant: its chain starts with the identity keys that held the batch
+    assert here_older[0] == there_older[0] and not set(here) & set(here_older[0])
+    assert here_older[1] != there_older[1]  # the place format held both
+    assert len(set(here)) == 2 and not set(here) & set(here_older[1])
     assert _replay_keys(tmp_path / "d")[0] != here  # the suite is in the key
 
 
