@@ -1,6 +1,6 @@
 """The outcome store's keys: what an outcome depends on, by identity, never by place.
 
-A key is the SHA-256 (:func:`~pytest_redline.store.content_key`) of these fields:
+A key is the SHA-256 (:func:`~pytest_redline.decode.store.content_key`) of these fields:
 
 - ``decode_format``: :data:`DECODE_FORMAT`, the version of what a decode of the same inputs gives;
 - ``engine``: the engine's entry-point name, its ``engine_args`` (those its class keys), its
@@ -36,11 +36,11 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 from pytest_redline.contracts import Prompt
 from pytest_redline.grid import INPUT_PATH_KEYS
 from pytest_redline.scoring import engine_prompts, stop_identity
-from pytest_redline.store import content_key
+from pytest_redline.decode.store import content_key
 
 if TYPE_CHECKING:
     from pytest_redline.calibration import Calibration
-    from pytest_redline.enginebook import EngineBook
+    from pytest_redline.decode.enginebook import EngineBook
 
 # Changes only when a release can change an answer that no other field of the key captures (how
 # prompts reach the engines, how batches form, how a generation becomes an outcome). A release

@@ -19,12 +19,12 @@ import pytest
 
 from pytest_redline.calibration import Calibration, Level, prepare
 from pytest_redline.decode import DecodeError, Decoder
-from pytest_redline.enginebook import EngineBook
+from pytest_redline.decode.enginebook import EngineBook
 from pytest_redline.grid import GridError, load_grid
 from pytest_redline.ledger import Ledger
 from pytest_redline.options import DEFAULT_GRID, GateOptions, check_spaced_paths
 from pytest_redline.record import PromptKey
-from pytest_redline.store import OutcomeStore, StoreError
+from pytest_redline.decode.store import OutcomeStore, StoreError
 from pytest_redline.verdict import GridVerdict, decide
 
 GRID_SUFFIXES = (".yaml", ".yml")

@@ -76,7 +76,7 @@ def test_the_pipelined_verdict_is_the_serial_one(pytester, run_gate, answers, mo
     verdicts, sent = {}, {}
     for way in ("pipelined", "serial"):
         if way == "serial":
-            monkeypatch.setattr("pytest_redline.pipeline.pipelined", lambda decoder, config: False)
+            monkeypatch.setattr("pytest_redline.decode.pipeline.pipelined", lambda decoder, config: False)
         with FakeOpenAI(answers) as fake:
             fake.respond = respond(answers)
             grid(pytester.path, fake.base_url, concurrency=8, batch_size=4)

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from pytest_redline.store import FILENAME, OutcomeStore, StoredOutcome, StoreError, content_key
+from pytest_redline.decode.store import FILENAME, OutcomeStore, StoredOutcome, StoreError, content_key
 
 pytest_plugins = ["pytester"]
 
@@ -170,7 +170,7 @@ def test_concurrent_writers_lose_nothing(tmp_path: Path) -> None:
 
 OPENERS = """
 import multiprocessing, sys, tempfile
-from pytest_redline.store import OutcomeStore, StoreError
+from pytest_redline.decode.store import OutcomeStore, StoreError
 
 def opener(folder, barrier):
     barrier.wait()
@@ -320,7 +320,7 @@ def _replay_keys(folder: Path, suite: object | None = None) -> tuple[list[str], 
     from types import SimpleNamespace
 
     from pytest_redline.contracts import Prompt
-    from pytest_redline.enginebook import EngineBook
+    from pytest_redline.decode.enginebook import EngineBook
     from pytest_redline.keys import OutcomeKeys
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -381,7 +381,7 @@ def test_model_free_identity_is_what_the_built_engine_reports(name: str, tmp_pat
     import torch
 
     from pytest_redline import registry
-    from pytest_redline.enginebook import EngineBook, describe
+    from pytest_redline.decode.enginebook import EngineBook, describe
 
     cls = registry.factory(registry.ENGINES, name)
     threads = torch.get_num_threads()

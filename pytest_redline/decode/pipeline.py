@@ -29,7 +29,7 @@ from typing import Any, Sequence
 
 from pytest_redline.schedule import CandidateRun
 from pytest_redline.scoring import engine_prompts
-from pytest_redline.store import content_key
+from pytest_redline.decode.store import content_key
 
 # The decode stage passes itself in (a Decoder, its Batch class and its progress tracker);
 # this module does not import it.
