@@ -46,7 +46,7 @@ def serve(port: int, prompts: int, latency: float, per_token: float, limit: int 
 
     answers = {p.prompt: p.solution for p in ArithmeticSuite(split="calibration", n=prompts, seed=0).problems()}
     stats = {"in_flight": 0, "peak": 0, "first": None, "last": None, "busy": 0.0, "sent": {}, "configs": {},
-             "peak_configs": 0}
+             "peak_configs": 0, "spans": {}}
     running = asyncio.Semaphore(limit) if limit else None
 
     def enter(config: str) -> None:
@@ -61,6 +61,7 @@ def serve(port: int, prompts: int, latency: float, per_token: float, limit: int 
         body = await request.json()
         config = str(body.get("seed"))
         stats["first"] = stats["first"] or start
+        stats["spans"].setdefault(config, [start, start])
         enter(config)
         try:
             text = answers.get(body.get("prompt"), "no idea")
@@ -88,6 +89,7 @@ def serve(port: int, prompts: int, latency: float, per_token: float, limit: int 
             stats["configs"][config] -= 1
             now = time.monotonic()
             stats["last"], stats["busy"] = now, stats["busy"] + now - start
+            stats["spans"][config][1] = now
 
     async def models(request):
         return web.json_response({"object": "list", "data": [{"id": "bench-model", "object": "model"}]})
@@ -99,7 +101,7 @@ def serve(port: int, prompts: int, latency: float, per_token: float, limit: int 
         return web.json_response({k: v for k, v in stats.items() if k != "configs"})
 
     async def reset(request):
-        stats.update(in_flight=0, peak=0, first=None, last=None, busy=0.0, sent={}, configs={}, peak_configs=0)
+        stats.update(in_flight=0, peak=0, first=None, last=None, busy=0.0, sent={}, configs={}, peak_configs=0, spans={})
         return web.json_response({})
 
     app = web.Application()

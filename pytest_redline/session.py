@@ -103,6 +103,9 @@ class Gate:
         return {PAYLOAD: {"session": self.session_id, "store_dir": str(self.temp_dir) if self.temp_dir else ""}}
 
     def close(self) -> None:
+        from pytest_redline.decode import pipeline
+
+        pipeline.shutdown()  # the endpoints' connections
         self.store.close()
         if self.temp_dir is not None:
             shutil.rmtree(self.temp_dir, ignore_errors=True)

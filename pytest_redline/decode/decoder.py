@@ -81,6 +81,7 @@ class Decoder(Planner, Storage, Calls):
         if config not in self._started:
             self._started.add(config)
             self._get(config, self._batches_of(self._needed[config]))
+            self._ahead(config)
         if index not in self._outcomes[config] and (config, index) not in self._errors:
             self._get(config, self._batches_of([index]))  # not planned (no collection hook ran)
         return self._result(config, index)

@@ -22,9 +22,11 @@ no other answer. The grid's ``timeout`` bounds each request.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import json
 import time
 import traceback
+import weakref
 from typing import Any, Sequence
 
 from pytest_redline.schedule import CandidateRun
@@ -160,11 +162,39 @@ class _Config:
         d._accept(config, index, key, d.cal.prompts[index], generation, self.engine_name, self.bounds)
 
 
+_loop: asyncio.AbstractEventLoop | None = None  # the process's pipeline loop: its connections outlive a config
+_engines: "weakref.WeakSet[Any]" = weakref.WeakSet()  # engines with connections open on it
+
+
+def _event_loop() -> asyncio.AbstractEventLoop:
+    global _loop
+    if _loop is None or _loop.is_closed():
+        _loop = asyncio.new_event_loop()
+    return _loop
+
+
+@atexit.register
+def shutdown() -> None:
+    """Close every engine's connections and the pipeline's loop (the gate calls it at the end
+    of the session)."""
+    global _loop
+    if _loop is None or _loop.is_closed():
+        return
+    try:
+        for engine in list(_engines):
+            if hasattr(engine, "aclose"):
+                _loop.run_until_complete(engine.aclose())
+    finally:
+        _engines.clear()
+        _loop.close()
+        _loop = None
+
+
 def _run(coroutine_of, run: _Config):
-    """Run on a loop of its own, then cancel what was not sent and wait for what was (a stop), or
-    cancel everything, closing its connections (an interruption: Ctrl-C, an error); hand the
+    """Run on the pipeline's loop, then cancel what was not sent and wait for what was (a stop),
+    or cancel everything, closing its connections (an interruption: Ctrl-C, an error); hand the
     server back."""
-    loop = asyncio.new_event_loop()
+    loop = _event_loop()
     tasks: list[asyncio.Future] = []
     interrupted = True
     try:
@@ -178,15 +208,16 @@ def _run(coroutine_of, run: _Config):
                 task.cancel()
             loop.run_until_complete(_drain(tasks, run))
         finally:
-            loop.close()
+            if run.engine is not None:
+                _engines.add(run.engine)
             run.release()
+            if interrupted:  # Ctrl-C or an error: nothing is left open
+                shutdown()
 
 
 async def _drain(tasks: list, run: _Config) -> None:
     ready = [run._ready] if run._ready is not None else []
     await asyncio.gather(*tasks, *ready, *list(run.in_flight), return_exceptions=True)
-    if run.engine is not None and hasattr(run.engine, "aclose"):
-        await run.engine.aclose()
 
 
 def decode_batches(decoder: "Decoder", config: str, batches: Sequence["Batch"], tracker: "_Progress") -> None:

@@ -43,6 +43,23 @@ class Planner:
                 self._decode_contenders()
         return self._runs[config]
 
+    def _ahead(self, config: str) -> None:
+        """When every config's engine is I/O-bound, decode the configs after ``config`` now, one
+        after another, so that the server does not idle while pytest reports its items: the
+        candidates' schedules after the reference, or every other config of a full run."""
+        cal = self.cal
+        if not all(pipeline.pipelined(self, c) for c in cal.configs):
+            return
+        candidates = [c for c in cal.configs if c != cal.reference]
+        if self.scheduled and candidates:
+            if config != cal.reference:
+                return
+            self._run(candidates[0])
+        for name in cal.configs:
+            if name not in self._started and self._needed[name] and self._runs.get(name) is None:
+                self._started.add(name)
+                self._get(name, self._batches_of(self._needed[name]))
+
     def _decode_contenders(self) -> None:
         """Decode the valid candidates on the prompts they skipped until the deployment is
         decided (:func:`~pytest_redline.costbounds.standing`, on each one's cost interval from the

@@ -58,6 +58,7 @@ def verdict(pytester) -> dict:
             "configs": [{k: c.get(k) for k in keep} for c in report["configs"]]}
 
 
+@pytest.mark.slow  # an in-process gate run of 4 configs x 48 prompts: 3.5-5.4 s of wall on the loaded 2-core machine
 def test_the_server_sees_concurrency_requests_across_batches_one_config_at_a_time_none_twice(pytester, run_gate, answers):
     with FakeOpenAI(answers) as fake:
         fake.latency_s = 0.05
