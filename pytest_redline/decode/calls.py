@@ -16,6 +16,9 @@ from pytest_redline.decode.store import StoredOutcome
 from pytest_redline.scoring import engine_prompts, judgement
 
 
+LENGTH_WARN = 0.05  # warn when more than this share of a config's outcomes stopped at the token limit
+
+
 class Calls:
     """The engine call and scoring: a batch through ``generate`` (or an I/O-bound engine's
     pipeline), each answer scored, checked against its bounds and stored (part of
@@ -39,6 +42,8 @@ class Calls:
             pipeline.decode_batches(self, config, batches, tracker)
             if own:
                 tracker.finish()
+            if self._runs.get(config) is None:
+                self._warn_length_stops(config)
             return
         pending = list(batches)
         while True:
@@ -54,6 +59,20 @@ class Calls:
             time.sleep(self.poll_s)  # batches another process is decoding
         if own:
             tracker.finish()
+        if self._runs.get(config) is None:  # a scheduled candidate is checked once its decoding is done
+            self._warn_length_stops(config)
+
+    def _warn_length_stops(self, config: str) -> None:
+        """Say once per config when more than LENGTH_WARN of its outcomes stopped at the token
+        limit: a limit too low for the suite, which shows as regressions."""
+        if config in self._length_warned or not self._outcomes[config]:
+            return
+        outcomes = self._outcomes[config].values()
+        cut = sum(o.finish_reason == "length" for o in outcomes)
+        if cut > LENGTH_WARN * len(outcomes):
+            self._length_warned.add(config)
+            self.progress(f"redline {self.cal.grid.name}: warning: config {config!r}: {cut} of {len(outcomes)} outcomes "
+                          "stopped at the token limit (finish_reason length); raise its max_tokens if the answers are cut")
 
     def _decode(self, config: str, batch: Batch, keys: list[str]) -> None:
         engine_name, engine_args = self.cal.engines[config]

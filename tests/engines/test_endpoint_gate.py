@@ -132,3 +132,13 @@ def test_a_reference_fault_never_certifies_what_the_healthy_run_would_not(pytest
     # exactly the missing prompts: the outcome key holds no batch, so the rerun's scheduled batches
     # find what the faulty run's prompt-order batches stored
     assert resent == {p: 1 for p in faulty}
+
+
+def test_a_config_whose_answers_stop_at_the_token_limit_is_warned_about(pytester, run_gate, answers):
+    with FakeOpenAI(answers) as fake:
+        fake.faults = {p: [None, "length"] for p in sorted(answers)[:4]}  # 4 of 16 candidate answers at the limit
+        grid(pytester.path, fake.base_url)
+        result = gate(run_gate)
+    out = result.stdout.str() + result.stderr.str()
+    assert "config 'again': 4 of 16 outcomes stopped at the token limit" in out, out[-3000:]
+    assert "config 'greedy'" not in out.split("token limit")[0].splitlines()[-1]
