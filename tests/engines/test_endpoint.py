@@ -163,13 +163,17 @@ def test_a_server_that_dies_mid_run_certifies_nothing_and_a_rerun_reuses_every_s
 @pytest.mark.slow  # in-process pytester gate run(s): 0.26 s CPU, over the inner loop's 50 s budget (issue 25)
 def test_the_api_key_appears_in_no_report_property_log_or_store_row(pytester, run_gate, answers, monkeypatch):
     monkeypatch.setenv("REDLINE_TEST_API_KEY", SECRET)
+    monkeypatch.setenv("REDLINE_TEST_HEADER", SECRET + "-header")
     with FakeOpenAI(answers) as fake:
-        _grid(pytester.path, fake.base_url, "fake-model", CONFIGS, engine_extra=", api_key_env: REDLINE_TEST_API_KEY")
+        _grid(pytester.path, fake.base_url, "fake-model", CONFIGS,
+              engine_extra=", api_key_env: REDLINE_TEST_API_KEY, headers_env: {X-Gateway-Token: REDLINE_TEST_HEADER}")
         result = run_gate("--redline-alpha=0.3", "--redline-grid=endpoint.yaml", "--redline-report=report.json",
                           "--junitxml=junit.xml", "-vv", "--redline-cache-dir=store")
         seen = list(fake.authorizations)
+        tokens = [h.get("x-gateway-token") for h in fake.headers]
     assert result.ret == 0
     assert seen and all(a == f"Bearer {SECRET}" for a in seen)  # the key was used ...
+    assert set(tokens) == {SECRET + "-header"}  # ... and the header
     written = [result.stdout.str(), result.stderr.str()]
     written += [p.read_bytes().decode("latin-1") for p in pytester.path.rglob("*") if p.is_file()]
     assert not any(SECRET in text for text in written)  # ... and written nowhere
