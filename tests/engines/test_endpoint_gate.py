@@ -142,3 +142,23 @@ def test_a_config_whose_answers_stop_at_the_token_limit_is_warned_about(pytester
     out = result.stdout.str() + result.stderr.str()
     assert "config 'again': 4 of 16 outcomes stopped at the token limit" in out, out[-3000:]
     assert "config 'greedy'" not in out.split("token limit")[0].splitlines()[-1]
+
+
+@pytest.mark.slow  # an in-process gate run against three servers: about 3 s
+def test_replicas_in_the_grid_and_a_candidates_own_replicas_merge_key_by_key(pytester, run_gate, answers):
+    with FakeOpenAI(answers) as one, FakeOpenAI(answers) as two, FakeOpenAI(answers) as three:
+        configs = f"""\
+greedy: {{max_tokens: 64, temperature: 0}}
+elsewhere: {{max_tokens: 64, temperature: 0, engine_args: {{base_url: ["{three.base_url}"], label: other-deployment}}}}
+"""
+        (pytester.path / "endpoint.yaml").write_text("\n".join([
+            "name: endpoint", "suite: arithmetic", f"suite_args: {{split: calibration, n: {N}, seed: 0}}", "engine: openai",
+            f'engine_args: {{base_url: ["{one.base_url}", "{two.base_url}"], model: fake-model, label: test-endpoint, '
+            "concurrency: 4}", "cost: latency_s", "direction: lower", "reference: greedy", "configs:",
+            *("  " + line for line in configs.strip().splitlines()), "deploy: fastest", "batch_size: 8"]) + "\n")
+        result = gate(run_gate)
+        counts = [one.sent_prompts(), two.sent_prompts(), three.sent_prompts()]
+    assert result.ret == 0, result.stdout.str()[-3000:]
+    assert sum(counts[0].values()) + sum(counts[1].values()) == N and counts[0] and counts[1]  # the reference, on both
+    assert sum(counts[2].values()) == N  # the candidate on its own replica, with the grid's model and concurrency
+    assert not (set(counts[0]) | set(counts[1])) - set(answers) and set(counts[2]) == set(answers)
