@@ -11,7 +11,8 @@ correctly. Then, on the same prompts and at the same concurrency, in one run:
   configs of latency x ceil(requests / concurrency)) and the pool's use (the requests' summed
   time in the server over span x concurrency: what the schedule's own waits leave);
 - lm-eval's ``LocalCompletionsAPI`` in this process, one config at a time as a user would run it
-  (its start-up left out: the sum of each config's request span), at ``--lm-eval-concurrency``;
+  (its start-up left out: the sum of each config's request span), at ``--lm-eval-concurrency``,
+  against the gate's whole span and against the gate's configs' spans summed the same way;
 - the client's CPU per request (this process's CPU time over a batch of requests against a
   server that answers at once): the gate's transport, streamed and not, and lm-eval's.
 
@@ -162,9 +163,10 @@ def gate_run(server: Server, prompts: int, configs: int, latency: float, concurr
     if done.returncode not in (0, 1):
         raise RuntimeError(f"the gate failed ({done.returncode}): {done.stdout[-2000:]}{done.stderr[-2000:]}")
     span = stats["last"] - stats["first"]
+    per_config = sum(last - first for first, last in stats["spans"].values())
     ideal = sum(latency * math.ceil(n / concurrency) for n in stats["sent"].values())
     return {"concurrency": concurrency, "requests": sum(stats["sent"].values()), "peak": stats["peak"],
-            "peak_configs": stats["peak_configs"], "span_s": span, "ideal_s": ideal,
+            "peak_configs": stats["peak_configs"], "span_s": span, "ideal_s": ideal, "per_config_s": per_config,
             "use": stats["busy"] / (span * concurrency), "wall_s": wall, "exit": done.returncode}
 
 
@@ -250,12 +252,14 @@ def main() -> None:
     try:
         lm_eval = {c: lm_eval_run(server, args.prompts, args.configs, c) for c in args.lm_eval_concurrency}
         print("| concurrency | requests | peak in flight / concurrency | configs at once | span / ideal | "
-              "pool use | span / lm-eval's |", "|---|---|---|---|---|---|---|", sep="\n", flush=True)
+              "pool use | span / lm-eval's | configs' spans summed / lm-eval's |",
+              "|---|---|---|---|---|---|---|---|", sep="\n", flush=True)
         for c in args.concurrency:
             r = gate_run(server, args.prompts, args.configs, args.latency, c, args.batch_size)
-            versus = f"{r['span_s'] / lm_eval[c]['span_s']:.2f}" if c in lm_eval else "-"
+            whole = f"{r['span_s'] / lm_eval[c]['span_s']:.2f}" if c in lm_eval else "-"
+            summed = f"{r['per_config_s'] / lm_eval[c]['span_s']:.2f}" if c in lm_eval else "-"
             print(f"| {c} | {r['requests']} | {r['peak'] / c:.2f} | {r['peak_configs']} | {r['span_s'] / r['ideal_s']:.3f} | "
-                  f"{r['use']:.2f} | {versus} |", flush=True)
+                  f"{r['use']:.2f} | {whole} | {summed} |", flush=True)
         for c, r in lm_eval.items():
             print(f"lm-eval local-completions at {c}: {r['requests']} requests, peak in flight {r['peak']}, span "
                   f"{r['span_s']:.1f} s (one config at a time)", flush=True)

@@ -39,7 +39,7 @@ class Calls:
         if own:
             tracker = Progress(self, config, sum(len(b.prompts) for b in batches), len(batches), what)
         if pipeline.pipelined(self, config):  # an I/O-bound engine: every batch's requests at once
-            pipeline.decode_batches(self, config, batches, tracker)
+            pipeline.decode_batches(self, config, batches, tracker, keys)
             if own:
                 tracker.finish()
             if self._runs.get(config) is None:

@@ -27,7 +27,7 @@ import json
 import time
 import traceback
 import weakref
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from pytest_redline.schedule import CandidateRun
 from pytest_redline.scoring import engine_prompts
@@ -93,15 +93,17 @@ class _Config:
             self.d.store.release(self.server_lease)
             self.server_lease = None
 
-    async def batch(self, batch: "Batch") -> None:
-        """Load the batch, or decode its missing prompts under its lease."""
+    async def batch(self, batch: "Batch", keys: list[str] | None = None) -> None:
+        """Load the batch, or decode its missing prompts under its lease (``keys``: computed
+        already, and checked for sharing)."""
         d, config = self.d, self.config
-        try:
-            keys = d._keys(config, batch)
-        except Exception as e:
-            d._config_failed(config, e)
-            return
-        d._warn_shared_keys(config, keys)
+        if keys is None:
+            try:
+                keys = d._keys(config, batch)
+            except Exception as e:
+                d._config_failed(config, e)
+                return
+            d._warn_shared_keys(config, keys)
         if d._load(config, batch, keys):
             self.tracker.step(len(batch.prompts), decoded=False)
             return
@@ -220,12 +222,14 @@ async def _drain(tasks: list, run: _Config) -> None:
     await asyncio.gather(*tasks, *ready, *list(run.in_flight), return_exceptions=True)
 
 
-def decode_batches(decoder: "Decoder", config: str, batches: Sequence["Batch"], tracker: "_Progress") -> None:
-    """Every missing prompt of ``batches``, ``concurrency`` in flight, each stored as it arrives."""
+def decode_batches(decoder: "Decoder", config: str, batches: Sequence["Batch"], tracker: "_Progress",
+                   keys: Mapping[Any, list[str]] | None = None) -> None:
+    """Every missing prompt of ``batches``, ``concurrency`` in flight, each stored as it arrives
+    (``keys``: each batch's, when the caller has them)."""
     run = _Config(decoder, config, tracker)
 
     async def main(tasks: list) -> None:
-        tasks.extend(asyncio.ensure_future(run.batch(b)) for b in batches)
+        tasks.extend(asyncio.ensure_future(run.batch(b, (keys or {}).get(b))) for b in batches)
         await asyncio.gather(*tasks)
 
     _run(main, run)
