@@ -14,9 +14,9 @@ prompt is one request and ``concurrency`` of them are kept in flight across a co
   an error) cancels every request, closing its connection.
 
 Configs go one after another, so they never share a server at once. Under xdist a process holds
-the server's lease (``server:`` and the endpoint's URLs, in the outcome store) while it sends a
-config's requests, so the session as a whole keeps at most ``concurrency`` in flight on a
-server, and one config at a time. Every answer is stored as it arrives; one failed request loses
+the server's lease (``server:`` and the endpoint's URLs, in the outcome store) while it loads and
+sends a config's requests, so the session as a whole keeps at most ``concurrency`` in flight on
+a server, and one config at a time; the batches need no lease of their own. Every answer is stored as it arrives; one failed request loses
 no other answer. The grid's ``timeout`` bounds each request.
 """
 from __future__ import annotations
@@ -31,7 +31,6 @@ from typing import Any, Mapping, Sequence
 
 from pytest_redline.schedule import CandidateRun
 from pytest_redline.scoring import engine_prompts
-from pytest_redline.decode.store import content_key
 
 # The decode stage passes itself in (a Decoder, its Batch class and its progress tracker);
 # this module does not import it.
@@ -64,10 +63,11 @@ class _Config:
         self.bounds = None
         self.on_done = lambda: None
         self._ready: asyncio.Future | None = None
+        self._leased: asyncio.Future | None = None
         self.in_flight: set[asyncio.Future] = set()  # requests sent, not answered yet
 
     async def _engine(self) -> Any:
-        """The engine, built by the first request, which also takes the server's lease."""
+        """The engine, built by the first request."""
         if self._ready is None:
             self._ready = asyncio.ensure_future(self._build())
         return await asyncio.shield(self._ready)
@@ -77,15 +77,21 @@ class _Config:
         self.slots = asyncio.Semaphore(int(getattr(engine, "concurrency", 1)))
         self.bounds = self.d._bounds_of(self.config)
         self.engine = engine
-        await self._take_server()
         return engine
 
+    async def _server(self) -> None:
+        """The server's lease, before the config's first load: one process and one config at a
+        time on a server, session-wide. Its holder alone loads and decodes the config's batches,
+        so they need no lease of their own, and a load it makes is not stale."""
+        if self._leased is None:
+            self._leased = asyncio.ensure_future(self._take_server())
+        await asyncio.shield(self._leased)
+
     async def _take_server(self) -> None:
-        """The server's lease: one process and one config at a time on a server, session-wide."""
-        urls = getattr(self.engine, "urls", None) or [str(self.engine_args.get("base_url", self.engine_name))]
-        lease = "server:" + json.dumps(sorted(map(str, urls)))
+        urls = self.engine_args.get("base_url", self.engine_name)
+        lease = "server:" + json.dumps(sorted(map(str, [urls] if isinstance(urls, str) else urls)))
         while not self.d.store.take_lease(lease):
-            await asyncio.sleep(self.d.poll_s)
+            await asyncio.sleep(self.d.poll_s)  # another process sends a config's requests to this server
         self.server_lease = lease
 
     def release(self) -> None:
@@ -104,27 +110,19 @@ class _Config:
                 d._config_failed(config, e)
                 return
             d._warn_shared_keys(config, keys)
+        await self._server()
         if d._load(config, batch, keys):
             self.tracker.step(len(batch.prompts), decoded=False)
             return
-        try:  # the server's lease before the batch's: a process holds a batch's only while it holds the server's
+        try:
             await self._engine()
         except Exception as e:
             d._config_failed(config, e)
             return
-        lease = "batch:" + content_key({"keys": keys})
-        while not d.store.take_lease(lease):
-            await asyncio.sleep(d.poll_s)  # a process that died with it: its lease is taken over
-        try:
-            if d._load(config, batch, keys):
-                self.tracker.step(len(batch.prompts), decoded=False)
-                return
-            missing = [(i, k) for i, k in zip(batch.prompts, keys) if i not in d._outcomes[config]]
-            prompts = engine_prompts(d.cal, [d.cal.prompts[i] for i, _ in missing])
-            self.pending += len(missing)
-            await asyncio.gather(*(self._prompt(i, k, p, batch) for (i, k), p in zip(missing, prompts)))
-        finally:
-            d.store.release(lease)
+        missing = [(i, k) for i, k in zip(batch.prompts, keys) if i not in d._outcomes[config]]
+        prompts = engine_prompts(d.cal, [d.cal.prompts[i] for i, _ in missing])
+        self.pending += len(missing)
+        await asyncio.gather(*(self._prompt(i, k, p, batch) for (i, k), p in zip(missing, prompts)))
         self.tracker.step(len(batch.prompts), decoded=True)
 
     async def _prompt(self, index: int, key: str, prompt, batch: "Batch") -> None:
@@ -218,7 +216,7 @@ def _run(coroutine_of, run: _Config):
 
 
 async def _drain(tasks: list, run: _Config) -> None:
-    ready = [run._ready] if run._ready is not None else []
+    ready = [f for f in (run._ready, run._leased) if f is not None]
     await asyncio.gather(*tasks, *ready, *list(run.in_flight), return_exceptions=True)
 
 

@@ -130,15 +130,20 @@ def test_a_server_that_fails_every_request_the_same_way_stops_after_its_first_wa
     assert _report(pytester)["certified"] is False
 
 
-@pytest.mark.slow  # waits for the grid's timeout to pass: 6 s of wall
+@pytest.mark.slow  # waits for the grid's timeout to pass, once per round of requests: about 9 s of wall
 def test_a_request_that_hangs_past_the_grid_timeout_is_an_item_error(pytester, run_gate, answers):
     with FakeOpenAI(answers) as fake:
-        fake.hang_s = 3.0
+        fake.hang_s = 60.0
         _grid(pytester.path, fake.base_url, "fake-model", CONFIGS, extra="timeout: 1\n")
         result = run_gate("--redline-alpha=0.3", "--redline-grid=endpoint.yaml", "--redline-report=report.json")
+        deadline = time.monotonic() + 5
+        while fake.in_flight and time.monotonic() < deadline:
+            time.sleep(0.05)
+        left, peak = fake.in_flight, fake.peak
     assert result.ret == 1
     assert "timed out after 1 s" in result.stdout.str()
     assert _report(pytester)["certified"] is False
+    assert left == 0 and peak <= 4  # each timed-out request's connection closed; never more than concurrency
 
 
 @pytest.mark.slow  # in-process pytester gate run(s): 0.47 s CPU, over the inner loop's 50 s budget (issue 25)
