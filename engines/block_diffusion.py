@@ -22,9 +22,13 @@ rule, in tokens and forwards. One engine step, per request:
    cache in this forward, the "folded store"), ACTIVE blocks, then DUMMY placeholders (unless
    ``skip_masked_blocks``). The cached prefix is read from a ``DynamicCache``, never recomputed.
 3. **Commit** (``commit``, the sampler). Per ACTIVE block with MASK positions: every masked
-   position whose top-1 probability exceeds ``accept_threshold``; if none passes, its single most
-   confident one when its predecessor is semi-complete (resolved fraction at least
-   ``semi_complete_threshold`` at the start of the step) or final, else nothing.
+   position whose top-1 probability exceeds ``accept_threshold``; if fewer than the step's
+   transfer count pass, that many of its most confident ones when its predecessor is semi-complete
+   (resolved fraction at least ``semi_complete_threshold`` at the start of the step) or final,
+   else nothing. The transfer count is 1, except on LLaDA2.0 checkpoints (``model_type:
+   llada2_moe``), whose official ``generate`` caps its steps per block at the generation length:
+   with ``max_new_tokens`` n below the block B, a block's step s (its s-th forward that reads it)
+   transfers ``B // n`` positions, one more while ``s < B % n``.
 4. **Cache entry** (``retire``, the scheduler), front to back: TO_CACHE blocks (written by this
    forward) become IN_CACHE and free their slots; then an ACTIVE block that is complete and whose
    predecessor is TO_CACHE or IN_CACHE becomes TO_CACHE, keeping its slot for one more step.
@@ -39,8 +43,10 @@ admitted by the first step like any other, and a request finishes as soon as an 
 with every earlier position resolved (or the limit is resolved). ``buffer_size: 1`` is then
 single-block threshold decoding with top-1 fallback, without store forwards.
 
-Both schedules: confidences are float32 softmax probabilities of the unfiltered logits; the MASK
-id and ids beyond the tokenizer's vocabulary are never predicted. A prompt's stop strings
+Both schedules: confidences are softmax probabilities of the unfiltered logits, in float32, or in
+the model's dtype when it is wider (float64: the official decoders' own arithmetic; a float32
+softmax over a float64 model rounds near-ties into ties); the MASK id and ids beyond the
+tokenizer's vocabulary are never predicted. A prompt's stop strings
 (``Prompt.stop``) end the request at the first one in its resolved answer prefix.
 
 **The block life cycle** (``BlockLifecycle``) is the public extension protocol of this engine and
@@ -87,6 +93,7 @@ class BlockRequest:
     first: int  # the first block's start position: the prompt's last complete block boundary
     active: list[int] = field(default_factory=list)  # ACTIVE blocks, ascending
     progress: dict[int, float] = field(default_factory=dict)  # resolved fraction of the active blocks at the step's start
+    block_steps: dict[int, int] = field(default_factory=dict)  # block -> forwards that read its masked positions
     forwards: int = 0
     flops: float = 0.0
     result: list[int] | None = None  # the output ids once the request has finished
@@ -155,7 +162,8 @@ class BlockDiffusionEngine(BlockDiffusionSpec):
         return self._fingerprint
 
     def describe(self) -> dict[str, str]:
-        return runtime.describe(self.name, self.device, self.dtype, model=self.path, rules=self.rules, **self.checkpoint.describe())
+        return runtime.describe(self.name, self.device, self.dtype, model=self.path,
+                                rules=self.rules_for(self.dtype, self.checkpoint.family), **self.checkpoint.describe())
 
     def generate(self, prompts: Sequence[Prompt], config: Mapping[str, Any]) -> list[Generation]:
         config = self.with_declared(config, self.checkpoint.block_size)  # the spec's rule, as reported
@@ -267,17 +275,21 @@ class BlockDiffusionEngine(BlockDiffusionSpec):
         return Step(queries, reads, req.final)
 
     def commit(self, req: BlockRequest, reads: Reads, cfg: DecodeConfig) -> list[tuple[int, int]]:
-        """The sampler: threshold, else top-1 when the predecessor is semi-complete or final."""
+        """The sampler: threshold, else the step's transfer count of most confident positions when
+        the predecessor is semi-complete or final."""
         committed = []
         for i, b in enumerate(req.active):
             candidates = reads.get(b)
             if not candidates:
                 continue
+            step = req.block_steps.get(b, 0)
+            req.block_steps[b] = step + 1
             chosen = [(p, t) for p, c, t in candidates if c > cfg.accept_threshold]
             fallback = i == 0 or req.progress[req.active[i - 1]] >= cfg.semi_complete_threshold
-            if not chosen and fallback:
-                p, _, t = max(candidates, key=lambda pct: pct[1])
-                chosen = [(p, t)]
+            count = self.transfer_count(step, cfg)
+            if len(chosen) < count and fallback:
+                ranked = sorted(candidates, key=lambda pct: -pct[1])[:count]  # stable: ties go to the earlier position
+                chosen = sorted((p, t) for p, _, t in ranked)
             for p, t in chosen:
                 req.tokens[p] = t
             committed += chosen
@@ -304,6 +316,15 @@ class BlockDiffusionEngine(BlockDiffusionSpec):
         return newly
 
     # -- helpers the life cycle shares ------------------------------------------------------
+
+    def transfer_count(self, step: int, cfg: DecodeConfig) -> int:
+        """The fewest positions a block's ``step``-th forward commits when the fallback applies: 1,
+        or LLaDA2.0's schedule, whose official ``generate`` runs ``min(B, gen_length)`` steps per
+        block and splits the block evenly over them (the first ``B % steps`` steps one more)."""
+        if self.checkpoint.config.get("model_type") != "llada2_moe" or cfg.max_new_tokens >= cfg.block_size:
+            return 1
+        base, extra = divmod(cfg.block_size, cfg.max_new_tokens)
+        return base + (step < extra)
 
     def progress(self, req: BlockRequest, block: int, block_size: int) -> float:
         """The block's resolved fraction."""
@@ -382,8 +403,10 @@ class BlockDiffusionEngine(BlockDiffusionSpec):
         return result
 
     def predict(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Top-1 float32 probability and token per row of ``hidden`` (MASK and padding ids banned)."""
-        logits = self.model.get_output_embeddings()(hidden).float()
+        """Top-1 probability and token per row of ``hidden`` (MASK and padding ids banned), in
+        float32 or the model's dtype when wider."""
+        logits = self.model.get_output_embeddings()(hidden)
+        logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
         logits.masked_fill_(self._banned, float("-inf"))
         return logits.softmax(-1).max(-1)
 

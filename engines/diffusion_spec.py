@@ -148,7 +148,9 @@ class BlockDiffusionSpec(EngineSpec):
 
     name = "block_diffusion"
     engine = "pytest_redline.engines.block_diffusion:BlockDiffusionEngine"
-    rules = "2: diffulex multi_bd"  # enters the outcome key (describe): bump when decoding rules change
+    rules = "3: diffulex multi_bd, LLaDA2.0 step cap, confidences in the wider dtype"  # enters the outcome key (describe): bump when decoding rules change
+    rules_before = "2: diffulex multi_bd"  # what rules 3 decodes exactly like where none of its changes applies
+    step_cap = True  # rules 3's LLaDA2.0 step cap (BlockDiffusionEngine.transfer_count) applies to this engine
     Config = DecodeConfig
     engine_args = {"model": None, "device": "auto", "dtype": "auto", "mask_token_id": None, "eos_token_id": None,
                    "trust_remote_code": False, "trace": None, "threads": None}
@@ -161,7 +163,18 @@ class BlockDiffusionSpec(EngineSpec):
         args = cls.arguments(engine_args, cache_dir)
         path = Path(args["model"]) if args["model"] is not None else runtime.EMBEDDED_MODEL
         declared = checkpoints.read_checkpoint(path, args["mask_token_id"], args["eos_token_id"]).describe()
-        return runtime.identity(cls.name, args["device"], args["dtype"], [path], model=path, rules=cls.rules, **declared)
+        dtype = runtime.dtype_name(args["dtype"], runtime.device_name(args["device"]))
+        return runtime.identity(cls.name, args["device"], args["dtype"], [path], model=path,
+                                rules=cls.rules_for(dtype, declared["family"]), **declared)
+
+    @classmethod
+    def rules_for(cls, dtype: str, family: str) -> str:
+        """The rules version in the outcome key for this dtype and checkpoint family. Rules 3 changed
+        answers only in a dtype wider than float32 (confidences in that dtype) and, where the step
+        cap applies, on LLaDA2 checkpoints; elsewhere it decodes exactly as rules 2 did, so the key
+        keeps rules 2 and the stores written before stay warm."""
+        changed = dtype == "float64" or (cls.step_cap and family == "llada2")
+        return cls.rules if changed else cls.rules_before
 
     mode = ""  # FlowBlock's and BlockBatch's (their configs have no schedule)
 
@@ -223,7 +236,9 @@ class BlockDiffusionSpec(EngineSpec):
 class FlowBlockSpec(BlockDiffusionSpec):
     name = "flowblock"
     engine = "pytest_redline.engines.flowblock:FlowBlockEngine"
-    rules = "2: LLaDA2.1 editing, post-step cap"
+    rules = "3: LLaDA2.1 editing, post-step cap, confidences in the wider dtype"
+    rules_before = "2: LLaDA2.1 editing, post-step cap"
+    step_cap = False
     Config = FlowConfig
     mode = "block-causal cache, blocks from position 0 (FlowBlock wavefront)"
 
@@ -232,5 +247,7 @@ class BlockBatchSpec(BlockDiffusionSpec):
     name = "blockbatch"
     engine = "pytest_redline.engines.blockbatch:BlockBatchEngine"
     rules = "2: paper merges, best-EOS winner, re-committing refresh"
+    rules_before = rules  # its own float32 confidences: rules 3's changes do not apply
+    step_cap = False
     Config = BatchConfig
     mode = "block-causal cache per branch, blocks from position 0 (BlockBatch)"

@@ -15,8 +15,8 @@ multiple of the block B, checked model-free) and the canvas = the prompt then G 
   followed by at least one block step, even when it completed the block (that step commits
   nothing): so forwards equal Fast-dLLM's count.
 - **Threshold rule** (Fast-dLLM's): the block's most confident masked position, and every other
-  one whose confidence is at least ``accept_threshold``. Confidences are float32 softmax
-  probabilities; MASK and ids beyond the tokenizer are never predicted (as in every engine here).
+  one whose confidence is at least ``accept_threshold``. Confidences are softmax probabilities in
+  float32, or in the model's dtype when wider (``BlockDiffusionEngine.predict``); MASK and ids beyond the tokenizer are never predicted (as in every engine here).
 - A request ends once its answer is resolved up to an EOS, or its last block is done: later
   forwards could not change those tokens (Fast-dLLM decodes the whole length regardless).
 

@@ -34,7 +34,8 @@ recomputed) with its own ``admit``, ``step``, ``commit`` and ``retire``. One eng
 With ``window: 1`` this is LLaDA2.1 (engines.md section 3: threshold M2T with top-1 fallback, T2T
 edits, at most ``max_post_steps`` post steps per block, the block after an EOS's block never
 started), token for token and forward for forward; without editing it is LLaDA2.0 (k = 1, no
-check forward). ``spawn_threshold`` above 1 admits a block only once its predecessor retired:
+check forward) at ``max_new_tokens`` of a block or more (below it LLaDA2.0 caps its steps per
+block, which only ``block_diffusion`` follows). ``spawn_threshold`` above 1 admits a block only once its predecessor retired:
 serial decoding for every window.
 
 Counting (see ``engines.base``): ``forwards`` = the forwards the request took part in (the first

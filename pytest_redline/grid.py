@@ -9,7 +9,8 @@ Relative paths resolve against the grid file's folder. A string argument is a pa
 its key is one of :data:`PATH_KEYS` or ends in ``_path``; this applies to the keys of
 ``engine_args`` and ``suite_args`` (the grid's and each config's). Where the same arguments
 name a ``base_url`` (a served model, e.g. the ``openai`` engine), ``model`` is the served
-model's name, not a path. Whether input paths
+model's name, not a path, unless a ``server:`` there starts the server with ``{model}``
+(:mod:`pytest_redline.servers`): then it is the folder the server is given. Whether input paths
 exist is checked when the grid is prepared for a session (:meth:`Grid.check_paths`).
 """
 from __future__ import annotations
@@ -21,12 +22,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from pytest_redline import servers
 from pytest_redline.checks import in_open_unit
 
 KEYS = (
     "name", "suite", "suite_args", "engine", "engine_args", "cost", "direction",
     "reference", "configs", "deploy", "delta", "batch_size", "timeout", "engine_stops",
-    "min_gain",
+    "min_gain", "max_servers",
 )
 CONFIG_ENGINE_KEYS = ("engine", "engine_args")
 PATH_KEYS = frozenset({"model", "outcomes", "path", "data", "draft", "target", "trace"})
@@ -76,6 +78,7 @@ class Grid:
     # select mode: the least gain over the reference a deployed candidate must have, in the
     # report's gain unit (percent; a reduction factor for lower-is-better costs); None: any gain
     min_gain: float | None = None
+    max_servers: int = 1  # servers the gate runs at once (configs with a `server:`); 1: one after another
 
     @property
     def lower_is_better(self) -> bool:
@@ -90,6 +93,11 @@ class Grid:
         sets = [("suite_args", self.suite_args), ("engine_args", self.engine_args)]
         sets += [(f"configs.{spec.name}.engine_args", spec.engine_args) for spec in self.configs or ()]
         for key, args in sets:
+            if args.get("server") is not None:
+                try:
+                    servers.check_command(args["server"], f"{key}.server", args.get("model"))
+                except servers.ServerSpecError as e:
+                    raise self.error(e.key, e.message) from None
             for name, value in args.items():
                 served = name == "model" and "base_url" in args  # a served model's name
                 if name in INPUT_PATH_KEYS and not served and isinstance(value, str) and not os.path.exists(value):
@@ -166,10 +174,26 @@ class _Reader:
             timeout=self.timeout(),
             engine_stops=self.flag("engine_stops", True),
             min_gain=self.min_gain(cost),
+            max_servers=self.positive_int("max_servers", 1),
         )
         if configs is not None:
             grid.check_names(tuple(c.name for c in configs))
+        self.check_servers(grid)
         return grid
+
+    def check_servers(self, grid: Grid) -> None:
+        """Each config's engine arguments (its own over the grid's, as calibration merges them)
+        around a server: ``{port}`` in ``base_url``, a ``model`` for ``{model}``."""
+        sets = [("engine_args", grid.engine_args)] if not grid.configs else []
+        for spec in grid.configs or ():
+            own = spec.engine is not None
+            merged = dict(spec.engine_args) if own else {**grid.engine_args, **spec.engine_args}
+            sets.append((f"configs.{spec.name}.engine_args" if own or spec.engine_args else "engine_args", merged))
+        for key, args in sets:
+            try:
+                servers.check_engine_args(args, key)
+            except servers.ServerSpecError as e:
+                raise self.fail(e.key, e.message) from None
 
     def optional_str(self, key: str) -> str | None:
         value = self.data.get(key)
@@ -188,8 +212,24 @@ class _Reader:
         for name, arg in value.items():
             if not isinstance(name, str):
                 raise self.fail(key, f"expected string argument names, got {_show(name)}")
-            out[name] = arg if name == "model" and "base_url" in value else self.resolve(name, arg)
-        return out
+            if name == "server" and key.endswith("engine_args"):
+                out[name] = self.server(arg, f"{key}.server")
+            else:
+                out[name] = arg if name == "model" and "base_url" in value else self.resolve(name, arg)
+        return self.server_model(out, out.get("server")) if key.endswith("engine_args") else out
+
+    def server(self, value: Any, key: str) -> dict[str, Any]:
+        try:
+            return servers.parse_server(value, key, self.folder)
+        except servers.ServerSpecError as e:
+            raise self.fail(e.key, e.message) from None
+
+    def server_model(self, args: dict, server: Mapping[str, Any] | None) -> dict:
+        """A served ``model`` that a server is started with (``{model}``) is the folder given to
+        it: resolved like any path, so that the server serves it under the name requests use."""
+        if servers.uses_model(server) and isinstance(args.get("model"), str):
+            args["model"] = self.resolve("model", args["model"])
+        return args
 
     def resolve(self, name: str, value: Any) -> Any:
         if not isinstance(value, str) or not (name in PATH_KEYS or name.endswith("_path")):
@@ -229,6 +269,16 @@ class _Reader:
                     if factor else f"a gain in percent of the reference's {cost} >= 0 (5 means +5 %)")
             raise self.fail("min_gain", f"expected {what}, got {_show(value)}")
         return float(value)
+
+    def grid_server(self) -> dict[str, Any] | None:
+        value = (self.data.get("engine_args") or {}).get("server") if isinstance(self.data.get("engine_args"), dict) else None
+        return None if value is None else self.server(value, "engine_args.server")
+
+    def positive_int(self, key: str, default: int) -> int:
+        value = self.data.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise self.fail(key, f"expected an integer >= 1, got {_show(value)}")
+        return value
 
     def batch_size(self) -> int:
         value = self.data.get("batch_size", DEFAULT_BATCH_SIZE)
@@ -286,6 +336,16 @@ class _Reader:
         if engine is not None and (not isinstance(engine, str) or not engine.strip()):
             raise self.fail(f"{key}.engine", f"expected an engine name, got {_show(engine)}")
         args = self.args(f"{key}.engine_args", params.pop("engine_args", None))
+        server = params.pop("server", None)
+        if server is not None:  # a config's own server: one of its engine arguments
+            if "server" in args:
+                raise self.fail(f"{key}.server", "expected one server: given here and in its engine_args")
+            args["server"] = self.server(server, f"{key}.server")
+        if engine is None and "model" not in args:  # the grid's model, given to this config's server
+            inherited = self.data.get("engine_args") or {}
+            if servers.uses_model(args.get("server")) and isinstance(inherited.get("model"), str):
+                args["model"] = inherited["model"]
+        self.server_model(args, args.get("server") or (None if engine else self.grid_server()))
         for param in params:
             if not isinstance(param, str):
                 raise self.fail(key, f"expected string parameter names, got {_show(param)}")

@@ -160,7 +160,8 @@ def check_spaced_paths(config: pytest.Config) -> None:
     known, so in ``--redline-grid /outside/grid.yaml`` it takes ``/outside/grid.yaml`` for a
     test path too, and the rootdir (the default grid, the store, the ini file) moves there.
     The option itself still gets its value, so the case is: the value after a path option
-    names an existing path, and the rootdir without it would differ.
+    names an existing path, and the rootdir without it would differ (or cannot be known: a
+    pytest without a usable ``determine_setup``, which the start-up line names).
     """
     args = list(config.invocation_params.args)
     spaced = [(a, v) for a, v in zip(args, args[1:]) if a in PATH_OPTIONS and Path(config.invocation_params.dir, v).exists()]
@@ -170,22 +171,28 @@ def check_spaced_paths(config: pytest.Config) -> None:
     if intended is not None and intended == Path(config.rootpath):
         return
     option, value = spaced[0]
-    where = f"; without it the rootdir is {intended}" if intended is not None else ""
+    if intended is None:
+        raise pytest.UsageError(
+            f"{option} {value}: pytest fixes the rootdir before plugin options are known, so it also took {value} "
+            f"as a test path and the rootdir (now {config.rootpath}) may have moved. Write {option}={value} (with '=')"
+        )
     raise pytest.UsageError(
         f"{option} {value}: pytest fixes the rootdir before plugin options are known, so it also took {value} "
-        f"as a test path and the rootdir moved to {config.rootpath}{where}. Write {option}={value} (with '=')"
+        f"as a test path and the rootdir moved to {config.rootpath}; without it the rootdir is {intended}. "
+        f"Write {option}={value} (with '=')"
     )
 
 
 def _rootdir_without(config: pytest.Config, values: set[str]) -> Path | None:
-    """The rootdir pytest finds from the real positional arguments (None if it cannot say)."""
-    try:
-        from _pytest.config.findpaths import determine_setup
+    """The rootdir pytest finds from the real positional arguments (None where this pytest's
+    ``determine_setup`` is missing or changed: ``pytest_internals`` said so at start-up)."""
+    from pytest_redline import pytest_internals
 
-        return determine_setup(
-            inifile=config.option.inifilename, override_ini=config.option.override_ini,
-            args=[a for a in config.option.file_or_dir if a not in values], rootdir_cmd_arg=config.option.rootdir or None,
-            invocation_dir=Path(config.invocation_params.dir),
-        )[0]
-    except Exception:  # another pytest's private signature: say what happened without the comparison
+    determine_setup = pytest_internals.checked(config).determine_setup
+    if determine_setup is None:
         return None
+    return Path(pytest_internals.call_determine_setup(
+        determine_setup, inifile=config.getoption("inifilename", None), override_ini=config.getoption("override_ini", None),
+        args=[a for a in config.getoption("file_or_dir", None) or () if a not in values],
+        rootdir_cmd_arg=config.getoption("rootdir", None) or None, invocation_dir=Path(config.invocation_params.dir),
+    )[0])

@@ -133,6 +133,7 @@ class GateHooks:
         return ("regressed", "R", ("REGRESSED", {"yellow": True})) if is_regression(report) else None
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        self.gate.stop_servers()  # every outcome is in: no server is needed any more
         if self.worker:
             session.config.workeroutput.update(self.gate.worker_output())
         else:

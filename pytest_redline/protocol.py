@@ -23,24 +23,30 @@ do for the item. An item without marks, no ``--setup-show/--setup-only/--setup-p
 every implementation of the three phase hooks one of :data:`INERT` (a conftest's or another
 plugin's phase hook may do anything, so its presence keeps the full protocol). Whether the
 item's outcomes are settled is the gate's question (``PromptItem.settled``): an item that
-decodes always runs under the full protocol, with capture and timeouts.
+decodes always runs under the full protocol, with capture and timeouts. A pytest whose setup
+state or ``CallInfo.from_call`` differs from what this module expects takes the full
+protocol too (``pytest_internals``, checked at start-up, says so in one line).
 
 Standard library and pytest only.
 """
 from __future__ import annotations
 
 import bdb
+import sys
 import types
 from typing import Any, Callable
 
 import pytest
 
+from pytest_redline import pytest_internals
+
 #: The plugins whose phase hooks do nothing for an item without marks that writes nothing
 #: (capture, logging, skip/xfail marks, unraisable and thread exceptions, hypothesis,
-#: pytest-benchmark), or whose work the short protocol does itself (the runner's setup state).
+#: pytest-benchmark, and pytest 8.0's nose support, which returns for an item that is not a
+#: python test function), or whose work the short protocol does itself (the runner's setup state).
 INERT = frozenset({
     "_pytest.runner", "_pytest.capture", "_pytest.logging", "_pytest.skipping", "_pytest.unraisableexception",
-    "_pytest.threadexception", "_hypothesis_pytestplugin", "pytest_benchmark.plugin",
+    "_pytest.threadexception", "_pytest.nose", "_hypothesis_pytestplugin", "pytest_benchmark.plugin",
 })
 PHASE_HOOKS = ("pytest_runtest_setup", "pytest_runtest_call", "pytest_runtest_teardown")
 SETUP_OPTIONS = ("setupshow", "setuponly", "setupplan")  # they print or skip phases: the full protocol
@@ -50,13 +56,22 @@ class ShortProtocol:
     """Whether an item may take the short protocol, beyond its outcomes being settled."""
 
     def __init__(self, config: pytest.Config) -> None:
-        self.enabled = not any(getattr(config.option, name, False) for name in SETUP_OPTIONS)
+        self.enabled = pytest_internals.checked(config).short_protocol and not any(
+            config.getoption(name, False) for name in SETUP_OPTIONS)
+        self._session: pytest.Session | None = None  # checked to hold the runner's setup state
         self.reraise = (pytest.exit.Exception,) if config.getoption("usepdb", False) else (pytest.exit.Exception, KeyboardInterrupt)
         self._hooks: dict[Any, tuple[Any, bool]] = {}  # per item path: its hook proxy, whether the phase hooks are inert
 
     def applies(self, item: pytest.Item) -> bool:
         if not self.enabled or next(item.iter_markers(), None) is not None:
             return False
+        if item.session is not self._session:
+            self._session = item.session
+            if not pytest_internals.has_setup_state(item.session):
+                self.enabled = False
+                sys.stderr.write("redline: this pytest's session holds no _pytest.runner.SetupState as _setupstate, "
+                                 "so settled grid items take pytest's full run protocol\n")
+                return False
         return self._hooks_of(item)[1]
 
     def run(self, item: pytest.Item, nextitem: pytest.Item | None) -> None:
@@ -79,12 +94,11 @@ def spare_exit_collections(config: pytest.Config) -> None:
     Trio, ``_pytest.unraisableexception``) give chains of finalizers in test code the chance
     to raise, for pytest to report; no test or engine code ran here, and on a warm rerun of
     6,144 items each pass costs 0.1-0.2 s. The stash key is the one pytester sets to 0 for
-    in-process runs; a value already set is kept."""
-    try:
-        from _pytest.unraisableexception import gc_collect_iterations_key
-    except ImportError:  # a pytest without it: its own default
-        return
-    config.stash.setdefault(gc_collect_iterations_key, 1)
+    in-process runs; a value already set is kept. A pytest without the key (before 9.0) keeps
+    its own number of passes."""
+    key = pytest_internals.checked(config).exit_collections_key
+    if key is not None:
+        config.stash.setdefault(key, 1)
 
 
 def inert_phase_hooks(ihook: Any) -> bool:

@@ -25,6 +25,7 @@ from pytest_redline.ledger import Ledger
 from pytest_redline.options import DEFAULT_GRID, GateOptions, check_spaced_paths
 from pytest_redline.record import PromptKey
 from pytest_redline.decode.store import OutcomeStore, StoreError
+from pytest_redline.servers import ServerPool
 from pytest_redline.verdict import GridVerdict, decide
 
 GRID_SUFFIXES = (".yaml", ".yml")
@@ -94,6 +95,7 @@ class Gate:
         session_id = shared["session"] if shared else uuid.uuid4().hex
         gate = cls(options, calibrations, engines, store, session_id, temp_dir, progress_writer(config),
                    collect_only=bool(config.option.collectonly))
+        gate.serve(store.path.parent / "servers")
         gate.command = ["pytest", *config.invocation_params.args]
         gate.only_grids = config.args_source != pytest.Config.ArgsSource.ARGS  # no path argument: the grids alone
         return gate
@@ -102,10 +104,24 @@ class Gate:
         """What workers need from the controller: the session id and a --redline-no-cache store."""
         return {PAYLOAD: {"session": self.session_id, "store_dir": str(self.temp_dir) if self.temp_dir else ""}}
 
+    def serve(self, log_dir: Path) -> None:
+        """The pool that starts configs' servers (``server:``), in the order configs decode."""
+        cals = self._calibrations.values()
+        served = [cal for cal in cals if any(args.get("server") for _, args in cal.engines.values())]
+        bound = min((cal.grid.max_servers for cal in served), default=1)  # the tightest of the grids with servers
+        self.engines.servers = ServerPool(log_dir, max_servers=bound, progress=self.progress)
+        self.engines.servers.plan((config, cal.engines[config][1]) for cal in cals for config in _decode_order(cal))
+
+    def stop_servers(self) -> None:
+        """Stop every server this process started (decoding is over, or the gate is closing)."""
+        if self.engines.servers is not None:
+            self.engines.servers.close()
+
     def close(self) -> None:
         from pytest_redline.decode import pipeline
 
-        pipeline.shutdown()  # the endpoints' connections
+        pipeline.shutdown()  # the endpoints' connections, before their servers stop
+        self.stop_servers()
         self.store.close()
         if self.temp_dir is not None:
             shutil.rmtree(self.temp_dir, ignore_errors=True)
@@ -296,6 +312,16 @@ def progress_writer(config: pytest.Config) -> Callable[[str], None]:
                 sys.stderr.flush()
 
     return write
+
+
+def _decode_order(cal: Calibration) -> list[str]:
+    """The configs in the order the decode stage asks for their outcomes: the reference, each
+    candidate's scheduled run, then the candidates finished on the prompts they skipped (every
+    candidate in select and all modes, the deployed one in gate mode; none with --redline-full)."""
+    order = list(cal.collection_order())
+    if cal.full or cal.replayed:
+        return order
+    return order + ([cal.deploy] if cal.mode == "gate" else order[1:])
 
 
 def _unique(paths: list[Path]) -> list[Path]:

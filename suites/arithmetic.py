@@ -18,6 +18,7 @@ drawn for training, whatever the seeds.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import random
 import re
@@ -51,8 +52,16 @@ def split_of(prompt: str) -> str:
     return "calibration" if bucket == 0 else "test" if bucket == 1 else "train"
 
 
+DIGITS = (2, 3)  # an operand's number of digits
+MULTIPLIERS = range(2, 10)  # mul's one-digit factor
+ODD_STARTS, ODD_COUNTS = range(1, 16, 2), range(3, 8)  # odd's first number and how many
+#: Every split holds more distinct problems than this (tests/suites/test_arithmetic.py counts
+#: them): a larger n is checked against :func:`distinct_count` before any problem is drawn.
+FEWEST_DISTINCT = 140_000
+
+
 def _digits(rng: random.Random) -> int:
-    n = rng.choice((2, 3))
+    n = rng.choice(DIGITS)
     return rng.randint(10 ** (n - 1), 10**n - 1)
 
 
@@ -114,8 +123,31 @@ def sample_problem(rng: random.Random) -> Problem:
         a, b = _digits(rng), _digits(rng)
         return subtraction(max(a, b), min(a, b))
     if family == "mul":
-        return product(_digits(rng), rng.randint(2, 9))
-    return odd_sum(rng.randrange(1, 16, 2), rng.randint(3, 7))
+        return product(_digits(rng), rng.randint(MULTIPLIERS.start, MULTIPLIERS.stop - 1))
+    return odd_sum(rng.randrange(ODD_STARTS.start, ODD_STARTS.stop, ODD_STARTS.step),
+                   rng.randint(ODD_COUNTS.start, ODD_COUNTS.stop - 1))
+
+
+def every_prompt() -> Iterator[str]:
+    """The prompt of every problem :func:`sample_problem` can draw, each once."""
+    operands = range(10 ** (min(DIGITS) - 1), 10 ** max(DIGITS))
+    for a in operands:
+        for b in operands:
+            yield f"{a}+{b}="
+            if a >= b:
+                yield f"{a}-{b}="
+        for b in MULTIPLIERS:
+            yield f"{a}*{b}="
+    for start in ODD_STARTS:
+        for count in ODD_COUNTS:
+            yield odd_sum(start, count).prompt
+
+
+@functools.cache
+def distinct_count(split: str) -> int:
+    """How many distinct problems the split holds: the largest n it can give (about 2 s of CPU)."""
+    _check_split(split)
+    return sum(1 for prompt in every_prompt() if split_of(prompt) == split)
 
 
 def stream(split: str, seed: int) -> Iterator[Problem]:
@@ -163,6 +195,9 @@ class ArithmeticSuite:
         _check_split(split)
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise ValueError(f"arithmetic: suite_args.n: expected int >= 1, got {n!r}")
+        if n > FEWEST_DISTINCT and n > distinct_count(split):
+            raise ValueError(f"arithmetic: suite_args.n: expected at most {distinct_count(split)} (the distinct problems "
+                             f"of split {split!r}), got {n}")
         if isinstance(seed, bool) or not isinstance(seed, int):
             raise ValueError(f"arithmetic: suite_args.seed: expected int, got {seed!r}")
         self.split, self.n, self.seed = split, n, seed

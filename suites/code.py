@@ -18,9 +18,12 @@ Formats (plain ``text``; chat ``messages`` for models with a chat template):
 
 How a program is assembled from a completion:
 
+- A completion over ``MAX_COMPLETION_CHARS`` (1 Mi characters) is wrong, unrun (the scorer's
+  memory stays bounded whatever an endpoint or a recorded log holds).
 - The code is every fenced block, in order (```` ``` ```` or ``~~~`` fences, tagged ``python``,
   ``py``, ``python3`` or untagged, indented or not, e.g. inside a list; an unclosed fence runs to
-  the end), else the whole text. The scan is one pass over the lines (linear in the length).
+  the end), else the whole text. The scan is one lazy pass over the fence lines (linear in the
+  length, nothing kept per line).
   MBPP text is cut at ``[DONE]`` and ``[BEGIN]`` is dropped first.
 - HumanEval: a top-level ``print(`` or ``if __name__`` line ends the code only when no
   top-level ``def`` or ``class`` follows it (a helper after a debugging print is kept). If the
@@ -33,17 +36,20 @@ How a program is assembled from a completion:
   these rules apply to what reached the scorer. The tests are the data set's ``test`` and
   ``check(<entry_point>)``.
 - MBPP: the program is the block that defines a function (else the first block, else the
-  text); the tests are ``test_setup_code`` (``test_imports`` in the sanitized file) and the
-  asserts of ``test_list``.
+  text), without a closing top-level ``if __name__`` block (one no ``def`` or ``class`` follows:
+  the program's own run, which may read ``input()``, run ``unittest.main()`` or exit); the tests
+  are ``test_setup_code`` (``test_imports`` in the sanitized file) and the asserts of
+  ``test_list``.
 
 Code and tests are compiled separately and run in that order as ``__main__``, so an
-``if __name__ == "__main__":`` block in a completion runs, and one that exits makes it fail.
+``if __name__ == "__main__":`` block the rules above keep runs, and one that exits makes it fail.
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 import warnings
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from pytest_redline.contracts import Prompt
 from pytest_redline.suites.base import chat
@@ -61,9 +67,14 @@ _PYTHON_TAGS = ("", "python", "py", "python3")
 # follows it (one character: nothing of a long line is copied)
 _TOP_LEVEL_DEF = re.compile(r"\n(?:async def|def|class) ")
 _MAIN_STOPS = re.compile(r"\n(?:print\(|if __name__)")  # a program's own run; cut unless a def follows
+_MAIN_BLOCK = re.compile(r"\nif __name__")  # an MBPP program's own run (input(), unittest.main(), sys.exit)
 _BODY_STOPS = re.compile(r"\n(?:#|if|print|```)")  # the Codex paper's stop sequences but def and class
 _FENCE_LINE = re.compile(r"^([ \t]*(?:(?:[-*+]|\d{1,9}[.)])[ \t]+)?)(`{3,}|~{3,})[ \t]*([^\s`]{0,16})([ \t]*)(\S?).*$",
                          re.M)
+# A completion longer than this is wrong, unrun: real ones are far below it (the longest HumanEval and MBPP
+# reference solutions are under 2,000 characters), and engines' and recorded logs' completions have no token limit.
+MAX_COMPLETION_CHARS = 1 << 20
+VERDICT_OUTPUT_BYTES = 4096  # of each program's output, what score_many holds while it runs (only its verdict is kept)
 _SUITE_ARGS = ("path", "seed", "count", "ids", "timeout", "workers", "python", "sandbox")
 
 
@@ -71,27 +82,31 @@ def code_blocks(text: str) -> list[str]:
     """The contents of the fenced Python (or untagged) code blocks of ``text``, in order: fences of
     three or more backticks or tildes, indented or not (the indentation of the opening fence is
     removed from its lines). A tagged fence line inside a block closes it and opens the next (a
-    model that forgot a closing fence). Linear in the length: one regular-expression scan for
-    fence lines (anchored at line starts, no nested repetition), then slicing."""
-    blocks, fences, at = [], [(m.start(), m.end(3), m.end(), *m.groups()) for m in _FENCE_LINE.finditer(text)], 0
-    while at < len(fences):
-        (_, tag_end, opened, indent, fence, tag, space, more), at = fences[at], at + 1
-        if fence[0] == "`" and text.find("`", tag_end, opened) >= 0:  # inline code such as ```x```, not a fence
+    model that forgot a closing fence). Linear in the length, and lazy: one regular-expression
+    scan for fence lines (anchored at line starts, no nested repetition), read as it goes, then
+    slicing; nothing is kept per line."""
+    blocks, fences = [], _FENCE_LINE.finditer(text)
+    opener = next(fences, None)
+    while opener is not None:
+        indent, fence, tag, space, more = opener.groups()
+        following = None  # a tagged fence line that closed this block opens the next
+        if fence[0] == "`" and text.find("`", opener.end(3), opener.end()) >= 0:  # inline code such as ```x```
+            opener = next(fences, None)
             continue
         end = len(text)
-        while at < len(fences):
-            start, _, _, _, other, word, _, rest = fences[at]
-            if other[0] == fence[0] and len(other) >= len(fence):
-                end, at = start, at + (0 if word or rest else 1)  # a tagged fence opens the next block
+        for other in fences:  # another kind of fence, or a shorter one, inside the block is part of it
+            if other.group(2)[0] == fence[0] and len(other.group(2)) >= len(fence):
+                end = other.start()
+                if other.group(3) or other.group(5):
+                    following = other
                 break
-            at += 1  # another kind of fence inside the block is part of it
-        body = text[opened + 1:end]
+        body = text[opener.end() + 1:end]
         body = body[:-1] if body.endswith("\n") else body
         if indent:
-            width = len(indent)
-            body = "\n".join(row[min(width, len(row) - len(row.lstrip(" \t"))):] for row in body.split("\n"))
+            body = re.sub(rf"(?m)^[ \t]{{0,{len(indent)}}}", "", body)
         if tag.lower() in _PYTHON_TAGS and (space or not more):
             blocks.append(body)
+        opener = following if following is not None else next(fences, None)
     return blocks
 
 
@@ -134,7 +149,7 @@ def mbpp_program(completion: str) -> str:
     """The program (without tests) for an MBPP completion; see the module docstring."""
     text = completion.split("[DONE]", 1)[0].replace("[BEGIN]", "")
     blocks = code_blocks(text)
-    return (_pick(blocks, None) if blocks else text) + "\n"
+    return _top_level_cut(_pick(blocks, None) if blocks else text, _MAIN_BLOCK) + "\n"
 
 
 class _Executed:
@@ -155,25 +170,43 @@ class _Executed:
         return version(self.python, self.sandbox)
 
     def execute(self, prompts: Sequence[Prompt], texts: Sequence[str], workers: int | None = None) -> list[Result | None]:
-        """The sandbox result of each completion (None where no program could be built from it)."""
-        if len(prompts) != len(texts):
-            raise ValueError(f"suite {self.name!r}: {len(prompts)} prompts but {len(texts)} texts")
-        programs: list[Program | None] = []
-        for prompt, text in zip(prompts, texts):
-            try:
-                programs.append(self.program(prompt, text))
-            except Exception:  # malformed output (not even a string) is wrong, never an error
-                programs.append(None)
-        results = iter(run_many([p for p in programs if p is not None], workers or self.workers, self.python,
-                                 self.sandbox))
-        return [next(results) if p is not None else None for p in programs]
+        """The sandbox result of each completion (None where no program could be built from it;
+        a completion over MAX_COMPLETION_CHARS is failed unrun, with a reason that says so)."""
+        return self._run(prompts, texts, workers, lambda result: result)
 
     def score_many(self, prompts: Sequence[Prompt], texts: Sequence[str], workers: int | None = None) -> list[bool]:
-        """``score`` for many outcomes at once, run in parallel (default: the usable CPU count)."""
-        return [result is not None and result.passed for result in self.execute(prompts, texts, workers)]
+        """``score`` for many outcomes at once, run in parallel (default: the usable CPU count).
+        Only each verdict is kept as the programs finish: their output is drained but, past its
+        last VERDICT_OUTPUT_BYTES, never held (the verdict does not depend on it)."""
+        return self._run(prompts, texts, workers, lambda result: result is not None and result.passed,
+                         output_bytes=VERDICT_OUTPUT_BYTES)
 
     def score(self, prompt: Prompt, text: str) -> bool:
         return self.score_many([prompt], [text], workers=1)[0]
+
+    def _run(self, prompts: Sequence[Prompt], texts: Sequence[str], workers: int | None,
+             keep: Callable[[Result | None], Any], output_bytes: int | None = None) -> list[Any]:
+        """``keep(result)`` for each completion (``keep(None)`` where no program could be built);
+        ``output_bytes``: how much of each output to keep, if not the suite's limits'."""
+        if len(prompts) != len(texts):
+            raise ValueError(f"suite {self.name!r}: {len(prompts)} prompts but {len(texts)} texts")
+        programs: list[Program | Result | None] = []
+        for prompt, text in zip(prompts, texts):
+            if isinstance(text, str) and len(text) > MAX_COMPLETION_CHARS:
+                programs.append(Result(False, f"a completion of {len(text)} characters, over the "
+                                       f"{MAX_COMPLETION_CHARS}-character cap, is wrong unrun", "", 0.0))
+                continue
+            try:
+                program = self.program(prompt, text)
+                if output_bytes is not None:
+                    limits = dataclasses.replace(program.limits, output_bytes=output_bytes, output_chars=output_bytes)
+                    program = dataclasses.replace(program, limits=limits)
+                programs.append(program)
+            except Exception:  # malformed output (not even a string) is wrong, never an error
+                programs.append(None)
+        kept = iter(run_many([p for p in programs if isinstance(p, Program)], workers or self.workers, self.python,
+                             self.sandbox, keep=keep))
+        return [next(kept) if isinstance(p, Program) else keep(p) for p in programs]
 
 
 def _limits(suite: str, timeout: Any) -> Limits:
@@ -203,7 +236,7 @@ class HumanEval(_Executed):
     # Stop strings for engines and the scorer: where a completion's function has ended, and
     # never the start of a fenced chat reply (as "\ndef" or "\n#" would be).
     stop = ("\nif __name__", "\nprint(")
-    rules = "every fenced block; a top-level stop before a def does not cut (3)"  # part of the scoring version
+    rules = "every fenced block; a top-level stop before a def does not cut; over 1 Mi characters wrong (4)"  # part of the scoring version
 
     def __init__(self, *, path: str | None = None, seed: int | None = None, count: int | None = None,
                  ids: Sequence[str | int] | None = None, timeout: float = 10.0, workers: int | None = None,
@@ -236,7 +269,7 @@ class MBPP(_Executed):
 
     name = "mbpp"
     stop = ("[DONE]",)  # the end of a solution in the format of Austin et al.; mbpp_program cuts there
-    rules = "``` and ~~~ fences, indented or not (2)"  # the revision of the scoring rules: part of the scoring version
+    rules = "``` and ~~~ fences, indented or not; a closing __main__ block cut; over 1 Mi characters wrong (3)"  # the revision of the scoring rules: part of the scoring version
 
     def __init__(self, *, path: str | None = None, split: str = "test", sanitized: bool = False, few_shot: int = 0,
                  seed: int | None = None, count: int | None = None, ids: Sequence[str | int] | None = None,

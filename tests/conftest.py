@@ -4,6 +4,7 @@ The Hypothesis profiles (``dev``, and ``ci`` when the CI environment variable is
 registered in the repository's root ``conftest.py``.
 """
 import ast
+import sys
 from pathlib import Path
 
 import pytest
@@ -51,6 +52,19 @@ def run_gate(pytester):
     return run
 
 
+@pytest.hookimpl(trylast=True)  # after Hypothesis's own: it ends its initialization there
+def pytest_sessionstart(session):
+    """Hypothesis builds its Unicode table on the first text it draws, once per checkout (it keeps
+    it in .hypothesis/unicode_data): about 6 s of CPU in a fresh clone, which would be charged to
+    whichever test draws text first and make it look slow. Built here instead, with public API
+    (not for a gate run: ``pytest --redline-alpha`` at the rootdir loads this file too)."""
+    if session.config.getoption("redline_alpha", None) is not None:
+        return
+    from hypothesis import find, settings, strategies as st
+
+    find(st.text(min_size=1), lambda text: True, settings=settings(database=None, max_examples=1))
+
+
 SLOW_S = 5.0  # a test over this, setup and teardown included, is marked slow (pyproject's markers)
 
 
@@ -85,12 +99,32 @@ def pytest_ignore_collect(collection_path: Path, config):
 
 
 def _deselects_slow(markexpr: str) -> bool:
-    """Whether the ``-m`` expression deselects an item marked ``slow`` and nothing else."""
+    """Whether the ``-m`` expression deselects an item marked ``slow`` and nothing else. Without
+    pytest's parser of ``-m`` (a private module) every test module is imported, as pytest itself
+    does, and a line says so."""
     if not markexpr:
         return False
-    from _pytest.mark.expression import Expression  # the parser behind -m itself
+    compile_expression = _mark_expression_compiler()
+    if compile_expression is None:
+        return False
+    return not compile_expression(markexpr).evaluate(lambda name, **kwargs: name == "slow" and not kwargs)
 
-    return not Expression.compile(markexpr).evaluate(lambda name, **kwargs: name == "slow" and not kwargs)
+
+_NO_COMPILER = []  # the line is written once
+
+
+def _mark_expression_compiler():
+    """``_pytest.mark.expression.Expression.compile`` (the parser behind -m itself), or None."""
+    try:
+        from _pytest.mark.expression import Expression
+
+        return Expression.compile
+    except (ImportError, AttributeError):
+        if not _NO_COMPILER:
+            _NO_COMPILER.append(True)
+            sys.stderr.write("tests/conftest.py: this pytest has no _pytest.mark.expression.Expression.compile, so every "
+                             "test module is imported under -m 'not slow'\n")
+        return None
 
 
 def _marked_slow_as_a_whole(path: Path) -> bool:

@@ -11,7 +11,8 @@ from pytest_redline.decode.items import Batch, DecodeError, Skipped
 from pytest_redline.decode.plan import Planner
 from pytest_redline.decode.storage import Storage
 from pytest_redline.decode.store import OutcomeStore, StoredOutcome
-from pytest_redline.keys import CONTENT_HASHES, ContentHashes, OutcomeKeys, scorer_name
+from pytest_redline.content import CONTENT_HASHES, ContentHashes
+from pytest_redline.keys import OutcomeKeys, scorer_name
 from pytest_redline.schedule import REFERENCE_WRONG, CandidateRun, Schedule
 from pytest_redline.scoring import scoring_version
 

@@ -9,15 +9,19 @@ no model; an engine built later must describe itself exactly as that identity sa
 
 The identity names model folders by path, as the engine does; the outcome key holds them by
 content (:func:`pytest_redline.keys.by_content`).
+
+Engine arguments with a ``server:`` (:mod:`pytest_redline.servers`) are built through the
+book's :class:`~pytest_redline.servers.ServerPool`: building the engine starts its server (or
+reuses it) and fills its port in ``base_url``; the server's identity, not its port, enters the key.
 """
 from __future__ import annotations
 
 import inspect
 import json
 import os
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
-from pytest_redline import registry
+from pytest_redline import registry, servers
 from pytest_redline.contracts import Engine
 
 # Attributes an engine may expose instead of describe(); they enter the outcome store's key.
@@ -42,19 +46,26 @@ def describe(engine: Engine) -> dict[str, str]:
     return {attr: str(getattr(engine, attr)) for attr in DESCRIBED if hasattr(engine, attr)}
 
 
-def key_args(name: str, args: Mapping[str, Any]) -> dict[str, Any]:
+def key_args(name: str, args: Mapping[str, Any],
+             model_identity: Callable[[str], str] = servers.folder_identity) -> dict[str, Any]:
     """The engine_args that enter the outcome key: all of them, unless the engine's class
     names the ones that cannot change an outcome (an endpoint's URL, its retry settings)
-    with a ``key_args(engine_args)`` static method."""
+    with a ``key_args(engine_args)`` static method. A ``server`` enters by its identity (its
+    command and flags, its ``{model}`` folder by ``model_identity``), never by its port."""
+    server, args = args.get("server"), {k: v for k, v in args.items() if k != "server"}
     factory = registry.factory(registry.ENGINES, name)
-    return dict(factory.key_args(args)) if hasattr(factory, "key_args") else dict(args)
+    out = dict(factory.key_args(args)) if hasattr(factory, "key_args") else dict(args)
+    if server is not None:
+        out["server"] = servers.server_identity(server, args.get("model"), model_identity)
+    return out
 
 
 class EngineBook:
     """The session's engines, and their identity for the outcome store."""
 
-    def __init__(self, cache_dir: str | os.PathLike | None = None) -> None:
+    def __init__(self, cache_dir: str | os.PathLike | None = None, pool: servers.ServerPool | None = None) -> None:
         self.cache_dir = cache_dir  # beside the outcome store: where engines may cache what identifies them
+        self.servers = pool  # starts the servers of engine_args with a `server:` (the gate sets it)
         self._engines: dict[str, Engine] = {}
         self._failures: dict[str, EngineBuildError] = {}
         self._identities: dict[str, dict[str, Any]] = {}
@@ -63,19 +74,32 @@ class EngineBook:
         key = args_key(name, args)
         if key in self._failures:
             raise self._failures[key]
-        if key not in self._engines:
+        built_key, build_args = key, args
+        if args.get("server") is not None:  # start (or reuse) its server: a new port is a new engine
             try:
-                engine = registry.factory(registry.ENGINES, name)(**args)
+                build_args = self._served(args)
             except Exception as e:
-                self._failures[key] = EngineBuildError(f"engine {name!r} with engine_args {dict(args)!r} failed to build: {type(e).__name__}: {e}")
+                self._failures[key] = EngineBuildError(f"engine {name!r}: its server failed: {e}")
+                raise self._failures[key] from e
+            built_key = args_key(name, build_args)
+        if built_key not in self._engines:
+            try:
+                engine = registry.factory(registry.ENGINES, name)(**build_args)
+            except Exception as e:
+                self._failures[key] = EngineBuildError(f"engine {name!r} with engine_args {dict(build_args)!r} failed to build: {type(e).__name__}: {e}")
                 raise self._failures[key] from e
             try:
                 self._check_identity(key, name, engine)
             except EngineBuildError as e:
                 self._failures[key] = e
                 raise
-            self._engines[key] = engine
-        return self._engines[key]
+            self._engines[built_key] = engine
+        return self._engines[built_key]
+
+    def _served(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        if self.servers is None:
+            raise servers.ServerError("no server pool in this process (only the gate starts servers)")
+        return self.servers.resolve(args)
 
     @property
     def built_any(self) -> bool:
@@ -95,7 +119,7 @@ class EngineBook:
         """
         key = args_key(name, args)
         if key not in self._identities:
-            found = _model_free(name, args, self.cache_dir)
+            found = _model_free(name, {k: v for k, v in args.items() if k != "server"}, self.cache_dir)
             if found is None:
                 engine = self.get(name, args)
                 found = {"fingerprint": engine.fingerprint(), "runtime": describe(engine)}

@@ -8,7 +8,7 @@ import os
 import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Sequence
+from typing import Callable, Sequence, TypeVar
 
 from pytest_redline.suites.sandbox.execute import _execute
 from pytest_redline.suites.sandbox.jail import _jail
@@ -17,6 +17,11 @@ from pytest_redline.suites.sandbox.program import Program, Result, check_sandbox
 from pytest_redline.suites.sandbox.slots import _probe, _process_interpreter, _slot
 
 STARTING = 2  # sandboxes being started per worker while the workers' programs run (run_many)
+T = TypeVar("T")
+
+
+def _whole(result: Result) -> Result:
+    return result
 
 
 def run(program: Program, python: str | None = None, sandbox: str = "namespaces") -> Result:
@@ -40,8 +45,10 @@ def _run(program: Program, python: str | None, sandbox: str, turn: contextlib.Ab
 
 
 def run_many(programs: Sequence[Program], workers: int | None = None, python: str | None = None,
-             sandbox: str = "namespaces") -> list[Result]:
-    """Run programs concurrently, ``workers`` at a time (default: the usable CPU count).
+             sandbox: str = "namespaces", keep: Callable[[Result], T] = _whole) -> list[T]:
+    """Run programs concurrently, ``workers`` at a time (default: the usable CPU count);
+    ``keep(result)`` of each, applied as each program finishes (``score_many`` keeps the verdict
+    alone, so no output outlives its run).
 
     Each program already runs in its own process, so the pool only needs threads that wait on
     those processes; no copy of the caller (which may hold a model) is forked. At most ``workers``
@@ -57,10 +64,10 @@ def run_many(programs: Sequence[Program], workers: int | None = None, python: st
     if sandbox == "namespaces" and programs:
         _jail(python or _absolute(sys.executable))  # refuse before anything runs
     if len(programs) <= 1:
-        return [run(p, python, sandbox) for p in programs]
+        return [keep(run(p, python, sandbox)) for p in programs]
     turns = threading.BoundedSemaphore(workers)
     with ThreadPoolExecutor(max_workers=min(workers * (1 + STARTING), len(programs))) as pool:
-        return list(pool.map(lambda p: _run(p, python, sandbox, turns), programs))
+        return list(pool.map(lambda p: keep(_run(p, python, sandbox, turns)), programs))
 
 
 def interpreter(sandbox: str = "namespaces") -> str:

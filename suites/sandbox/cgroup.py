@@ -1,6 +1,7 @@
 """A control group per program (docs/explanation/sandbox.md): one memory limit for everything the program's
-processes hold (heap, memfd files, tmpfs pages, page cache, shared memory, pipe buffers), one
-pids limit for its processes and threads, one CPU quota, and its CPU time over all its
+processes hold (heap, memfd files, tmpfs pages, page cache, shared memory, pipe buffers; on v2
+socket buffers too), on v1 a limit of its own for TCP buffers (``memory.kmem.tcp.limit_in_bytes``,
+where the kernel has it: v1 charges them only once it is written), one pids limit for its processes and threads, one CPU quota, and its CPU time over all its
 processes, on cgroup v2 (``memory.max``, ``pids.max``, ``cpu.max``) or v1 (the ``memory``,
 ``pids``, ``cpu`` and ``cpuacct`` hierarchies).
 
@@ -22,6 +23,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from pytest_redline.suites.sandbox.program import SandboxUnavailable
+from pytest_redline.suites.sandbox.slots import SLOT_FOLDER, UID_BASE_SETTING
+
 FOLDER = "redline-sandbox"
 CPU_PERIOD_US = 100_000  # the quota's period: 0.1 s
 V1 = ("memory", "pids", "cpu", "cpuacct")
@@ -35,21 +39,31 @@ class Layout:
 
     version: int
     parents: dict[str, Path]
+    tcp: bool = True  # TCP buffers are charged: v1 with memory.kmem.tcp.limit_in_bytes, v2 without nosocket
 
     def folders(self, name: str) -> list[Path]:
         return sorted({parent / name for parent in self.parents.values()})
 
 
+class GroupInUse(SandboxUnavailable):
+    """A program's cgroup already holds live processes of another gate (the message says which)."""
+
+
 class Cgroup:
     """One program's groups, limited; removed by :meth:`remove` once its processes are gone."""
 
-    def __init__(self, layout: Layout, name: str, memory_bytes: int, processes: int, cpus: float):
+    def __init__(self, layout: Layout, name: str, memory_bytes: int, processes: int, cpus: float,
+                 tcp_bytes: int = 64 << 20):
         self.layout, self.name = layout, name
         for folder in layout.folders(name):
             if folder.exists():  # left by a gate that was killed mid-run: its processes are gone or dying
                 problem = _remove(folder)
-                if problem:  # live members in a slot this process holds: another gate with another $TMPDIR
-                    raise RuntimeError(f"sandbox: a leftover cgroup cannot be removed: {problem}")
+                if problem:  # live members in a slot this process holds: a gate that does not share the locks
+                    raise GroupInUse(
+                        f"sandbox: {problem}: it holds live processes though this gate holds its slot's lock "
+                        f"(in {SLOT_FOLDER}), so another gate on this kernel takes the same slots without sharing "
+                        f"that folder (a container with a /run of its own); give each such container a uid range "
+                        f"of its own with ${UID_BASE_SETTING} (docs/explanation/sandbox.md, \"Slots\")")
             folder.mkdir()
         quota = max(int(cpus * CPU_PERIOD_US), 1000)
         if layout.version == 2:
@@ -60,6 +74,8 @@ class Cgroup:
         else:
             self._write("memory", "memory.limit_in_bytes", memory_bytes)
             self._write("memory", "memory.memsw.limit_in_bytes", memory_bytes, optional=True)  # no swap
+            if layout.tcp:  # v1 charges TCP buffers only once this is written, and under this limit alone
+                self._write("memory", "memory.kmem.tcp.limit_in_bytes", tcp_bytes)
             self._write("pids", "pids.max", processes)
             self._write("cpu", "cpu.cfs_period_us", CPU_PERIOD_US)
             self._write("cpu", "cpu.cfs_quota_us", quota)
@@ -175,13 +191,14 @@ def _v2(mount: Path) -> Layout | str:
                 (folder / "cgroup.subtree_control").write_text(" ".join(f"+{c}" for c in V2) + "\n")
     except OSError as error:
         return f"cgroup v2 at {mount}: {error.strerror} ({error.filename})"
-    return Layout(2, {"unified": parent})
+    return Layout(2, {"unified": parent}, tcp="cgroup.memory=nosocket" not in _kernel_command_line())
 
 
-def _v1(mounts: list[tuple[str, str, set[str]]], root: str) -> Layout | str:
+def _v1(mounts: list[tuple[str, str, set[str]]], root: str, own_groups: str | None = None) -> Layout | str:
+    """The v1 layout under this process's own groups (``own_groups``: /proc/self/cgroup's text)."""
     own = {}
     with contextlib.suppress(OSError):
-        for line in Path("/proc/self/cgroup").read_text().splitlines():
+        for line in (own_groups if own_groups is not None else Path("/proc/self/cgroup").read_text()).splitlines():
             _, controllers, path = line.split(":", 2)
             for controller in controllers.split(","):
                 own[controller] = path
@@ -199,4 +216,17 @@ def _v1(mounts: list[tuple[str, str, set[str]]], root: str) -> Layout | str:
                 return f"cgroup v1: {parent} is not writable"
     except OSError as error:
         return f"cgroup v1: {error.strerror} ({error.filename})"
-    return Layout(1, parents)
+    tcp = parents["memory"] / "memory.kmem.tcp.limit_in_bytes"
+    if tcp.exists():
+        # Unlimited here, so TCP accounting stays switched on between programs: each program's
+        # group switching it on from nothing would patch the kernel's text (a static key) every run.
+        with contextlib.suppress(OSError):
+            tcp.write_text("-1\n")
+    return Layout(1, parents, tcp=tcp.exists())
+
+
+def _kernel_command_line() -> str:
+    try:
+        return Path("/proc/cmdline").read_text()
+    except OSError:
+        return ""

@@ -7,6 +7,7 @@ import functools
 import json
 import math
 import os
+import resource
 import secrets
 import selectors
 import subprocess
@@ -17,7 +18,9 @@ from pytest_redline.suites.sandbox.program import Limits, Program, Result, clean
 from pytest_redline.suites.sandbox.slots import _probe
 
 # Runs inside the child as the unprivileged user, before any user code: set the limits, take the
-# token off its pipe, compile both parts, then run them through references taken here. argv: token
+# token off its pipe, compile both parts, then run them through references taken here; only its own
+# process (its pid, recorded before user code) runs the tests and writes the token, and the tests'
+# namespace and builtins hold only keys of type exactly str when the tests start. argv: token
 # fd, result fd, program and tests source fds, the cgroups' cgroup.procs fds (comma-separated, maybe
 # none: writing 0 moves the writer), then the rlimits (soft values); none is secret. The interpreter starts
 # with -S (site's .pth files cost 4x the start-up and would run code from site-packages); SITE, filled
@@ -25,14 +28,42 @@ from pytest_redline.suites.sandbox.slots import _probe
 # once per interpreter. Neither site nor os is imported (os alone is about 3 ms of CPU a program), so the
 # interactive texts copyright, credits and license (each imports os) are not defined.
 _BOOTSTRAP = r"""
-import builtins, posix, resource, sys, _sitebuiltins
+import builtins, posix, sys, _ctypes, _sitebuiltins
 sys.prefix, sys.exec_prefix, paths = SITE
 sys.path.extend(paths)
 builtins.quit, builtins.exit = (_sitebuiltins.Quitter(name, "Ctrl-D (i.e. EOF)") for name in ("quit", "exit"))
 builtins.help = _sitebuiltins._Helper()
 
+# libc through _ctypes (ctypes itself costs 4 ms a start; resource, 0.5 ms, is not needed then)
+class Int(_ctypes._SimpleCData):
+    _type_ = "i"
+
+class Long(_ctypes._SimpleCData):
+    _type_ = "L"
+
+class Function(_ctypes.CFuncPtr):
+    _flags_ = _ctypes.FUNCFLAG_CDECL | _ctypes.FUNCFLAG_USE_ERRNO
+    _restype_ = Int
+
+def libc(name, *args, functions={}, handle=_ctypes.dlopen(None)):  # a call that returns 0 on success
+    if name not in functions:
+        functions[name] = Function(_ctypes.dlsym(handle, name))
+    if functions[name](*args) != 0:
+        raise OSError(_ctypes.get_errno(), name)
+
+def setrlimit(which, soft, hard, width=_ctypes.sizeof(Long), order=sys.byteorder):
+    libc("setrlimit", which, soft.to_bytes(width, order) + hard.to_bytes(width, order))  # struct rlimit
+
+class Source:  # __main__.__loader__: linecache, so inspect.getsource, finds the program's lines through it
+    def __init__(self, text):
+        self.text = text
+
+    def get_source(self, name):
+        return self.text
+
 def sandboxed(argv, exec=exec, compile=compile, open=open, read=posix.read, write=posix.write, close=posix.close,
-              exit=posix._exit, setrlimit=resource.setrlimit, streams=(sys.stdout, sys.stderr)):
+              exit=posix._exit, getpid=posix.getpid, setrlimit=setrlimit, libc=libc, streams=(sys.stdout, sys.stderr),
+              type=type, str=str, list=list, namespaces_of=(builtins.__dict__,)):
     token_fd, result_fd, code_fd, tests_fd = map(int, argv[:4])
     cpu, memory, processes, file_bytes, open_files = map(int, argv[5:])
     for fd in map(int, filter(None, argv[4].split(","))):  # the run's cgroups: joined before any user code
@@ -41,27 +72,50 @@ def sandboxed(argv, exec=exec, compile=compile, open=open, read=posix.read, writ
     token = read(token_fd, 64)
     close(token_fd)
     with open(code_fd, encoding="utf-8") as f:  # the sources come on fds, closed before user code
-        program = compile(f.read(), "program.py", "exec")
+        source = f.read()
+    program = compile(source, "program.py", "exec")
     with open(tests_fd, encoding="utf-8") as f:
-        tests = compile(f.read(), "tests.py", "exec")
+        tests = compile(f.read(), "<tests>", "exec")  # <...>: no line of it is looked up anywhere
+    rlimit_cpu, rlimit_as, rlimit_nproc, rlimit_fsize, rlimit_nofile, rlimit_core = RLIMITS
     for which, soft, hard in (
-        (resource.RLIMIT_CPU, cpu, cpu + 1),
-        (resource.RLIMIT_AS, memory, memory),
-        (resource.RLIMIT_NPROC, processes, processes),
-        (resource.RLIMIT_FSIZE, file_bytes, file_bytes),
-        (resource.RLIMIT_NOFILE, open_files, open_files),
-        (resource.RLIMIT_CORE, 0, 0),
+        (rlimit_cpu, cpu, cpu + 1),
+        (rlimit_as, memory, memory),
+        (rlimit_nproc, processes, processes),
+        (rlimit_fsize, file_bytes, file_bytes),
+        (rlimit_nofile, open_files, open_files),
+        (rlimit_core, 0, 0),
     ):
-        setrlimit(which, (soft, hard))
+        setrlimit(which, soft, hard)
+    # Not dumpable (prctl PR_SET_DUMPABLE, 0): /proc/self/mem (every /proc/<pid>/mem of this process)
+    # is root's alone, so the token cannot be read back through it; forked children inherit it.
+    libc("prctl", 4, 0, 0, 0, 0)
     main = type(sys)("__main__")
+    main.__loader__ = Source(source)
     sys.modules["__main__"] = main
+    pid, held = getpid(), []
+
+    def leave_if_forked():  # a forked child that returned here: it never runs the tests nor writes the token
+        if getpid() != pid:
+            flush()
+            exit(0)
+
+    def flush():
+        for stream in streams:
+            try:
+                stream.flush()
+            except BaseException:
+                pass
+
     exec(program, main.__dict__)
+    leave_if_forked()
+    for namespace in (main.__dict__, *namespaces_of):  # keys of type exactly str: lookups take the str-only way
+        items = list(namespace.items())
+        held.append(items)  # what is dropped stays alive (no __del__ runs) until the process exits
+        namespace.clear()
+        namespace.update([item for item in items if type(item[0]) is str])
     exec(tests, main.__dict__)
-    for stream in streams:
-        try:
-            stream.flush()
-        except BaseException:
-            pass
+    leave_if_forked()
+    flush()
     write(result_fd, token)
     exit(0)
 
@@ -73,7 +127,6 @@ sandboxed(argv)
 
 TOKEN_BYTES = 32  # the pass token: 16 random bytes in hex
 STARVED_FACTOR = 5  # a starved program's run lasts at most this many times its wall-clock limit
-TOKEN_COPIES = 4  # a forked child that also ran the tests may write it too; more is a flood, and fails
 
 
 def _execute(program: Program, launcher: _Launcher, python: str,
@@ -108,7 +161,7 @@ def _execute(program: Program, launcher: _Launcher, python: str,
         finally:
             if not stopped:  # the turn never came (an error while waiting): no sandbox outlives it
                 launcher.stop(child)
-        text = output.decode("utf-8", errors="replace")
+        text = _text(output, limits.output_chars)
         if not stop and _unread(token_read):  # the bootstrap never ran: the harness's environment
             raise RuntimeError(f"sandbox: {python} did not start the program (exit status {child.returncode}): "
                                f"{text.strip()[-500:]}")
@@ -137,15 +190,24 @@ print(json.dumps([sys.prefix, sys.exec_prefix, list(dict.fromkeys(site.getsitepa
 def _bootstrap(python: str) -> str:
     """The bootstrap for ``python``, with what site would set (probed once per interpreter)."""
     prefix, exec_prefix, paths = json.loads(_probe(python, _SITE))
-    return _BOOTSTRAP.replace("SITE", repr((prefix, exec_prefix, paths)), 1)
+    rlimits = (resource.RLIMIT_CPU, resource.RLIMIT_AS, resource.RLIMIT_NPROC, resource.RLIMIT_FSIZE,
+               resource.RLIMIT_NOFILE, resource.RLIMIT_CORE)  # this machine's numbers, as the program's
+    return _BOOTSTRAP.replace("SITE", repr((prefix, exec_prefix, paths)), 1).replace("RLIMITS", repr(rlimits), 1)
 
 
 def _tokens(sentinel: bytes, token: bytes) -> bool:
-    """Whether the result pipe held the token, once or a few times (a process the program forked
-    ran the tests to the end and wrote it too; the token is written only after the tests), and
-    nothing else."""
-    copies = len(sentinel) // len(token)
-    return 1 <= copies <= TOKEN_COPIES and sentinel == token * copies
+    """Whether the result pipe held the token once and nothing else: only the bootstrap's own
+    process writes it, after the tests ran there to the end."""
+    return sentinel == token
+
+
+def _text(output: bytes, chars: int) -> str:
+    """The kept output as text: its last ``chars`` characters (a str of 4-byte characters holds 4
+    bytes each, so bytes alone do not bound it)."""
+    text = output.decode("utf-8", errors="replace")
+    if len(text) <= chars:
+        return text
+    return f"[earlier output dropped: the last {chars} characters are kept]\n" + text[-chars:]
 
 
 def _unread(fd: int) -> bool:
@@ -162,19 +224,20 @@ def _collect(child: subprocess.Popen, sentinel_fd: int, limits: Limits, start: f
     """Read output and sentinel until both close; the third item says why it was stopped early.
 
     Every read is bounded: of the output only the last ``limits.output_bytes`` are kept (the rest
-    is dropped, never a failure), and of the result pipe at most TOKEN_COPIES tokens (more stops
-    the program). Where the launcher meters the program (a cgroup), its CPU time over all its
+    is dropped, never a failure), and of the result pipe at most one token (more stops the
+    program). Where the launcher meters the program (a cgroup), its CPU time over all its
     processes is held to ``limits.cpu_seconds``, and time its processes spent waiting for a CPU
     does not count towards the wall-clock limit: a neighbour cannot make it time out."""
-    tail, dropped, sentinel, cap = bytearray(), 0, bytearray(), TOKEN_COPIES * TOKEN_BYTES
+    tail, dropped, sentinel, cap = bytearray(), 0, bytearray(), TOKEN_BYTES
     selector = selectors.DefaultSelector()
     selector.register(child.stdout, selectors.EVENT_READ)
     selector.register(sentinel_fd, selectors.EVENT_READ)
 
     def output() -> bytes:
-        kept = bytes(tail[-limits.output_bytes:])
-        skipped = dropped + len(tail) - len(kept)
-        return (f"[{skipped} earlier bytes of output dropped]\n".encode() if skipped else b"") + kept
+        with memoryview(tail) as view:  # one copy of the kept end, not two
+            kept = view[-limits.output_bytes:]
+            skipped = dropped + len(tail) - len(kept)
+            return (f"[{skipped} earlier bytes of output dropped]\n".encode() if skipped else b"") + kept
 
     timeout, spent = f"timed out after {limits.wall:.1f} s", _Clock(start, limits, launcher)
     try:
@@ -189,7 +252,7 @@ def _collect(child: subprocess.Popen, sentinel_fd: int, limits: Limits, start: f
                     if len(sentinel) > cap:  # a flood: the program fails now, and nothing more is read
                         return output(), b"", "wrote more than the token to the result pipe"
                 else:
-                    data = os.read(key.fd, 65536)
+                    data = os.read(key.fd, 65536)  # small reads: no MiB-sized buffer per read
                     tail += data
                     if len(tail) > 2 * limits.output_bytes:
                         dropped += len(tail) - limits.output_bytes

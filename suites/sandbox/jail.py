@@ -40,6 +40,8 @@ def _jail(python: str) -> _Jail:
             try:
                 with _slot() as uid:
                     probe = _execute(Program("", ""), jail.launcher(uid), python)
+            except SandboxUnavailable:
+                raise  # names its own cause (another gate's cgroup): opting out would not help
             except RuntimeError as error:
                 raise SandboxUnavailable(_unavailable(str(error))) from None
             if not probe.passed:
@@ -69,10 +71,10 @@ def _build_jail(python: str) -> _Jail:
             fixed += ["--ro-bind", top, top]
     fixed += ["--perms", "0755", "--dir", "/etc"]  # readable by the slot uid: passwd, hosts and the loader's files
     fixed += [arg for path in _ETC if os.path.exists(path) for arg in ("--ro-bind", path, path)]
-    fixed += ["--dev", "/dev"]
+    fixed += ["--dev", "/dev", "--size", "4096", "--tmpfs", "/dev/pts"]  # no ptys: devpts draws on one host-wide pool
     groups = _cgroups()
     return _Jail(bwrap, setpriv, tuple(fixed), tuple(_interpreter_binds(python) + ["--proc", "/proc"]),
-                 seccomp.program_filter(memfd=groups is not None), groups)
+                 seccomp.program_filter(memfd=groups is not None, inet=groups is not None and groups.tcp), groups)
 
 
 def _cgroups() -> cgroup.Layout | None:

@@ -20,7 +20,10 @@ class Limits:
     its CPU share (a quota) and ``cpu_seconds`` its CPU time over all its processes. Every
     process also has ``memory_bytes`` of address space and ``cpu_seconds`` of CPU (rlimits), and
     ``processes`` bounds the slot uid's tasks. ``disk_bytes`` is the size of each private tmpfs
-    (work folder, /tmp, /dev/shm); ``output_bytes`` how much of the end of the output is kept."""
+    (work folder, /tmp, /dev/shm); ``output_bytes`` how much of the end of the output is read and
+    kept, and of that ``output_chars`` characters at most as text. ``tcp_bytes`` bounds the TCP
+    buffers of its sockets on cgroup v1, which charges them under a limit of their own (beside
+    ``memory_bytes``; v2 charges them under ``memory_bytes``)."""
 
     cpu_seconds: float = 10.0
     wall_seconds: float | None = None
@@ -29,12 +32,14 @@ class Limits:
     file_bytes: int = 16 << 20
     open_files: int = 64
     output_bytes: int = 1 << 20
+    output_chars: int = 1 << 18  # 1 MiB as a str even of 4-byte characters
+    tcp_bytes: int = 64 << 20
     disk_bytes: int = 64 << 20
     cpus: float = 1.0
 
     def __post_init__(self) -> None:
         for name in ("cpu_seconds", "memory_bytes", "processes", "file_bytes", "open_files", "output_bytes",
-                     "disk_bytes", "cpus"):
+                     "output_chars", "tcp_bytes", "disk_bytes", "cpus"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
                 raise ValueError(f"Limits.{name}: expected a number > 0, got {value!r}")
@@ -69,7 +74,7 @@ class Program:
 class Result:
     passed: bool
     reason: str  # "passed", "timed out after 5.0 s", "exit status 1", "exited before its tests finished", ...
-    output: str  # the end of stdout and stderr: the last Limits.output_bytes (and how much was dropped before)
+    output: str  # the end of stdout and stderr: of the last Limits.output_bytes, Limits.output_chars characters at most
     seconds: float
 
 

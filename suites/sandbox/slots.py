@@ -9,27 +9,39 @@ import pwd
 import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Iterator
 
-SLOT_UID_BASE = 61000  # as root, slot k runs as uid = gid = SLOT_UID_BASE + k
+SLOT_UID_BASE = 61000  # as root, slot k runs as uid = gid = base + k; the base's default
+UID_BASE_SETTING = "REDLINE_SANDBOX_UID_BASE"  # the base, for containers that share a kernel but not /run
 SLOTS = 64  # concurrent sandboxes on one host
+SLOT_FOLDER = Path("/run/redline-sandbox")  # the slots' lock files: root's own, whatever $TMPDIR is
+
+
+def uid_base() -> int:
+    """The first slot uid: ``$REDLINE_SANDBOX_UID_BASE``, else SLOT_UID_BASE."""
+    given = os.environ.get(UID_BASE_SETTING, "").strip()
+    if not given:
+        return SLOT_UID_BASE
+    if not given.isdigit() or not 1000 <= int(given) <= 2**31 - 1 - SLOTS:
+        raise ValueError(f"sandbox: ${UID_BASE_SETTING}: expected a uid from 1000 to {2**31 - 1 - SLOTS}, got {given!r}")
+    return int(given)
 
 
 @contextlib.contextmanager
 def _slot() -> Iterator[int | None]:
-    """As root, a host-wide slot (an exclusive lock on one of SLOTS lock files): yields its uid.
-    When not root, None (every run uses the caller's uid)."""
+    """As root, a host-wide slot (an exclusive lock on one of SLOTS lock files in SLOT_FOLDER,
+    which every gate on this host shares whatever its $TMPDIR): yields its uid. When not root,
+    None (every run uses the caller's uid)."""
     if os.geteuid() != 0:
         yield None
         return
-    directory = _slot_folder()
+    directory, base = _slot_folder(), uid_base()
     while True:
         for slot in range(SLOTS):
-            uid = SLOT_UID_BASE + slot
+            uid = base + slot
             if _has_account(uid):
                 continue  # a real user: never run programs as, or kill, it
             fd = os.open(directory / f"slot-{slot}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
@@ -47,18 +59,24 @@ def _slot() -> Iterator[int | None]:
 
 
 def slot_name(uid: int) -> str:
-    """The name of ``uid``'s slot (its lock file and its cgroups)."""
-    return f"slot-{uid - SLOT_UID_BASE}"
+    """The name of ``uid``'s cgroups: from the uid, so gates with uid bases of their own never
+    share one."""
+    return f"uid-{uid}"
 
 
 @contextlib.contextmanager
 def unheld(name: str) -> Iterator[bool]:
-    """Whether no run holds the slot ``name`` (e.g. ``slot-3``); while True, it is held here."""
-    if not name.startswith("slot-") or not name[5:].isdigit():
+    """Whether no run holds the slot whose cgroups are named ``name`` (e.g. ``uid-61003``, of this
+    gate's uid range); while True, it is held here."""
+    kind, _, number = name.partition("-")
+    slot = -1
+    if number.isdigit():  # slot-k: the names an older version gave
+        slot = {"uid": int(number) - uid_base(), "slot": int(number)}.get(kind, -1)
+    if not 0 <= slot < SLOTS:
         yield False
         return
     directory = _slot_folder()
-    fd = os.open(directory / f"{name}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    fd = os.open(directory / f"slot-{slot}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -71,16 +89,19 @@ def unheld(name: str) -> Iterator[bool]:
 
 
 def _slot_folder() -> Path:
-    directory = Path(tempfile.gettempdir()) / "redline-sandbox-slots"
-    _private_folder(directory)
-    return directory
+    _private_folder(SLOT_FOLDER)
+    return SLOT_FOLDER
 
 
 def _private_folder(directory: Path) -> None:
     """Make ``directory`` ours alone, refusing one that someone else made (e.g. a program, to
     plant symlinks for root to follow)."""
-    with contextlib.suppress(FileExistsError):
+    try:
         directory.mkdir(mode=0o700)
+    except FileExistsError:
+        pass
+    except OSError as error:
+        raise RuntimeError(f"sandbox: cannot make the slots' folder {directory}: {error.strerror}") from None
     status = os.lstat(directory)
     if not os.path.isdir(directory) or os.path.islink(directory) or status.st_uid != os.geteuid() \
             or status.st_mode & 0o077:

@@ -10,13 +10,15 @@ loaded by our loader (engines/llada2_load.py, no remote code) and, strictly, by 
   ``generate(temperature=0, block_length=B, steps=B, threshold=tau, eos_early_stop=False)`` up to
   the first EOS, on prompts whose length is a multiple of B and on prompts whose length is not;
 - LLaDA2.1: FlowBlock with ``window: 1`` and editing gives the tokens of the official
-  ``generate(threshold, editing_threshold, max_post_steps)``, with edits happening.
+  ``generate(threshold, editing_threshold, max_post_steps)``, with edits happening;
+- both at the settings of an independent run (block 8, gen 16, threshold 0.9; 2.1 with edit
+  threshold 0.8 and 4 post steps), on the first 24 arithmetic calibration prompts, with the
+  official defaults (``eos_early_stop=False``) and with ``eos_early_stop=True``: 24/24;
+- with ``gen_length`` below the block the official LLaDA2.0 caps its steps per block at
+  ``gen_length``, so its fallback commits ``block / gen_length`` positions a step: so does ours
+  on an LLaDA2.0 checkpoint (the same tokens at gen 4 and 8, block 8, on an unpeaked model).
 
-One rule differs, pinned below: when ``gen_length`` is shorter than the block, the official
-``generate`` caps its steps per block at ``gen_length`` (``steps = min(steps, gen_length //
-minimal_topk)``), so a step that commits no position above the threshold commits the
-``block / gen_length`` most confident ones; ours commits the single most confident one.
-In both decoders MASK and the embedding's padding ids are never predicted (the peer's logits
+Every other setting: tests/engines/test_llada2_parity_property.py (hypothesis). In both decoders MASK and the embedding's padding ids are never predicted (the peer's logits
 there are -inf). The head is scaled (x10) so that the threshold matters: steps commit several tokens.
 """
 from __future__ import annotations
@@ -33,7 +35,7 @@ from pytest_redline.engines.block_diffusion import BlockDiffusionEngine  # noqa:
 from pytest_redline.engines.flowblock import FlowBlockEngine  # noqa: E402
 from pytest_redline.suites.arithmetic import ArithmeticSuite  # noqa: E402
 
-pytestmark = pytest.mark.slow  # two tiny MoE folders, the published model and its generate: 12 s of CPU in all
+pytestmark = pytest.mark.slow  # two tiny MoE folders, the published model and its generate: 17 s of CPU in all
 
 BLOCK, GEN, THRESHOLD = 4, 8, 0.9
 SMALL = {"base": 100, "vocab_size": 128, "peak": 10.0}  # specials at 100..103: EOS 100, <|mask|> 103
@@ -126,20 +128,63 @@ def test_equivalent_llada20_official_generate(llada20, monkeypatch):
     assert any(g.finish_reason == "eos" for g in ours) and any(g.finish_reason == "length" for g in ours)
 
 
-def test_differs_llada20_gen_length_below_block(tmp_path, monkeypatch):
-    """The pinned difference: with gen_length < block the official generate caps its steps per
-    block at gen_length, so a step where no position passes the threshold commits block /
-    gen_length of them (its top-k fallback) where ours commits the single most confident one.
-    On an unpeaked model (the fallback decides most steps) the tokens differ at gen_length 4,
-    block 8, and agree at gen_length 8."""
+def test_equivalent_llada20_gen_length_below_block(tmp_path, monkeypatch):
+    """With gen_length < block the official generate caps its steps per block at gen_length, so a
+    step where fewer than block / gen_length positions pass the threshold commits that many (its
+    top-k fallback): ours does the same on an LLaDA2.0 checkpoint. On an unpeaked model (the
+    fallback decides most steps) the tokens agree at gen_length 4 and 8, block 8; with the
+    single top-1 fallback of the other checkpoints they differ at 4."""
     folder = peers.builder().llada2(tmp_path / "flat", **{**SMALL, "peak": 1.0})
     engine = BlockDiffusionEngine(model=folder, device="cpu", dtype="float64")
     peer = peers_llada2.peer_model(folder, "2.0", torch.float64)
     prompts = ArithmeticSuite(n=8, seed=3).prompts()
-    for gen, equal in ((4, False), (8, True)):
+    theirs = {gen: _official(engine, peer, prompts, monkeypatch, gen=gen, block=8, threshold=THRESHOLD) for gen in (4, 8)}
+    for gen in (4, 8):
         config = {"block_size": 8, "buffer_size": 1, "accept_threshold": THRESHOLD, "max_new_tokens": gen}
-        ours = [(g.text, g.tokens) for g in engine.generate(prompts, config)]
-        assert (ours == _official(engine, peer, prompts, monkeypatch, gen=gen, block=8, threshold=THRESHOLD)) is equal
+        assert [(g.text, g.tokens) for g in engine.generate(prompts, config)] == theirs[gen]
+    monkeypatch.setattr(engine, "transfer_count", lambda step, cfg: 1)
+    config = {"block_size": 8, "buffer_size": 1, "accept_threshold": THRESHOLD, "max_new_tokens": 4}
+    assert [(g.text, g.tokens) for g in engine.generate(prompts, config)] != theirs[4]
+
+
+def _defaults(engine, peer, prompts, monkeypatch, gen, block, **kwargs) -> list[tuple[str, int]]:
+    """The official generate with its own defaults but the settings given (``eos_early_stop``
+    False unless given), its answer cut at ``gen`` tokens (with ``eos_early_stop`` it may run into
+    the last block's positions past ``gen_length``)."""
+    peers_llada2.peer_forward_shim(monkeypatch, peer, peers.banned_ids(engine))
+    answers = []
+    for prompt in prompts:
+        ids = encode(engine.tokenizer, prompt, "test")
+        out = peer.generate(torch.tensor([ids]), temperature=0.0, block_length=block, steps=block, gen_length=gen,
+                            eos_id=min(engine.eos_ids), mask_id=engine.mask_id, **kwargs)
+        answers.append(_seen(engine, out[0].tolist()[:gen]))
+    return answers
+
+
+@pytest.mark.parametrize("eos_early_stop", [None, True])
+def test_equivalent_llada20_block8_gen16(llada20, monkeypatch, eos_early_stop):
+    """block 8, gen 16, threshold 0.9, the first 24 calibration prompts: 24/24."""
+    engine, peer, _ = llada20
+    prompts = ArithmeticSuite(n=24, seed=0).prompts()
+    stop = {} if eos_early_stop is None else {"eos_early_stop": eos_early_stop}
+    theirs = _defaults(engine, peer, prompts, monkeypatch, 16, 8, threshold=0.9, **stop)
+    ours = engine.generate(prompts, {"block_size": 8, "buffer_size": 1, "accept_threshold": 0.9, "max_new_tokens": 16})
+    assert sum((g.text, g.tokens) == t for g, t in zip(ours, theirs)) == 24
+    assert sum(g.tokens for g in ours) > sum(g.forwards for g in ours)  # the threshold mattered
+
+
+@pytest.mark.parametrize("eos_early_stop", [None, True])
+def test_equivalent_llada21_edit08_post4(folders, monkeypatch, eos_early_stop):
+    """2.1 at block 8, gen 16, threshold 0.9, edit threshold 0.8, 4 post steps: 24/24, with edits."""
+    engine = FlowBlockEngine(model=folders["2.1"], device="cpu", dtype="float64")
+    peer = peers_llada2.peer_model(folders["2.1"], "2.1", torch.float64)
+    prompts = ArithmeticSuite(n=24, seed=0).prompts()
+    stop = {} if eos_early_stop is None else {"eos_early_stop": eos_early_stop}
+    theirs = _defaults(engine, peer, prompts, monkeypatch, 16, 8, threshold=0.9, editing_threshold=0.8, max_post_steps=4, **stop)
+    config = {"block_size": 8, "window": 1, "accept_threshold": 0.9, "edit_threshold": 0.8, "max_post_steps": 4, "max_new_tokens": 16}
+    ours = engine.generate(prompts, config)
+    assert sum((g.text, g.tokens) == t for g, t in zip(ours, theirs)) == 24
+    assert sum(g.extra["edits"] for g in ours) > 0
 
 
 def test_equivalent_llada21_official_generate_flowblock_editing(folders, monkeypatch):

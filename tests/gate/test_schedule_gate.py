@@ -73,6 +73,7 @@ def test_skipped_items_show_why(project: Project) -> None:
     assert report["spend"]["exact"] is False and report["spend"]["items_run"] == 128
 
 
+@pytest.mark.slow  # an in-process gate decoding all 180 items: 0.6 s (1.3 s as the process's first gate) here, 6.6 s under load
 def test_full_option_decodes_everything(project: Project) -> None:
     project.grid(configs=WRONG_REFERENCE)
     result = project.run(ALPHA, "--redline-full", "--redline-report=report.json")

@@ -8,7 +8,6 @@ import shutil
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -123,7 +122,8 @@ def test_lease_of_dead_process_is_taken_over(store: OutcomeStore) -> None:
 def test_lease_of_zombie_is_taken_over(store: OutcomeStore) -> None:
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     try:
-        time.sleep(0.5)  # it exits, but is not reaped yet: a zombie
+        os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)  # until it exits, leaving it unreaped: a zombie
+        assert Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
         with sqlite3.connect(store.path) as con:
             con.execute("INSERT INTO leases VALUES ('batch', 'zombie', ?, ?, 0)", (store.owner.split(":")[0], child.pid))
         assert store.take_lease("batch")
@@ -252,7 +252,7 @@ REPLAY_CSV = Path(__file__).resolve().parents[1] / "data" / "store-pre25" / "rep
 
 
 def test_a_model_folder_is_identified_by_its_config_and_weights(tmp_path: Path) -> None:
-    from pytest_redline.keys import content_identity
+    from pytest_redline.content import content_identity
 
     one, two = tmp_path / "one", tmp_path / "elsewhere" / "two"
     shutil.copytree(MODEL, one)
@@ -269,7 +269,7 @@ def test_a_model_folder_is_identified_by_its_config_and_weights(tmp_path: Path) 
 
 
 def test_a_log_folder_is_identified_by_all_its_files(tmp_path: Path) -> None:
-    from pytest_redline.keys import content_identity
+    from pytest_redline.content import content_identity
 
     logs = tmp_path / "logs"
     (logs / "run").mkdir(parents=True)
@@ -287,7 +287,7 @@ def test_a_log_folder_is_identified_by_all_its_files(tmp_path: Path) -> None:
 
 def test_content_hashes_are_cached_by_path_size_and_mtime(tmp_path: Path) -> None:
     """A warm rerun reads no weights: the second session hashes no file."""
-    from pytest_redline.keys import ContentHashes, content_identity
+    from pytest_redline.content import ContentHashes, content_identity
 
     model = tmp_path / "model"
     shutil.copytree(MODEL, model)
@@ -304,7 +304,8 @@ def test_content_hashes_are_cached_by_path_size_and_mtime(tmp_path: Path) -> Non
 
 
 def test_only_existing_absolute_input_paths_enter_by_content(tmp_path: Path) -> None:
-    from pytest_redline.keys import by_content, content_identity
+    from pytest_redline.content import content_identity
+    from pytest_redline.keys import by_content
 
     csv = tmp_path / "replay.csv"
     shutil.copy2(REPLAY_CSV, csv)

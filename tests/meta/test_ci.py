@@ -26,10 +26,23 @@ def test_ci_runs_the_readme_first_screen_commands_as_written():
     gate, tests = commands
     assert gate.startswith(VENV) and gate.endswith("pytest --redline-alpha=0.1")
     assert tests.startswith(VENV) and tests.endswith("python -m pytest -q tests")
-    for command in commands:  # the CPU torch before the project
-        assert command.index("pip install torch==2.13.0") < command.index('pip install -e ".[test,plots,math]"')
+    # torch before the project; the gate installs the project alone, the tests its extras too
+    assert gate.index("pip install torch==2.13.0") < gate.index("pip install -e . && pytest")
+    assert "[" not in gate and "apt-get" not in gate
+    assert tests.index("pip install torch==2.13.0") < tests.index('pip install -e ".[test,plots,math]"')
     assert "apt-get install -y bubblewrap chromium" in tests
-    assert "python3-venv" in readme.split("## Quick start")[0]  # where venv is missing
+    first_screen = readme.split("## Quick start")[0]
+    assert "python3-venv" in first_screen  # where venv is missing
+    # a CPU user's torch, from PyTorch's CPU index, outside the block CI runs
+    assert "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu" in first_screen
+    assert "download.pytorch.org" not in "\n".join(commands)
+
+
+def test_ci_docs_gate_job_installs_the_project_alone():
+    """docs/how-to/ci.md's gate job needs what the gate needs, not the test extra."""
+    workflow = (ROOT / "docs" / "how-to" / "ci.md").read_text().split("# .github/workflows/redline.yml")[1].split("```")[0]
+    installs = [line.strip() for line in workflow.splitlines() if "pip install" in line]
+    assert installs == ["- run: pip install torch==2.13.0 && pip install -e ."]
 
 
 def _ci_with(tmp_path: Path, *commands: str) -> subprocess.CompletedProcess:

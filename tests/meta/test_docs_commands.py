@@ -1,6 +1,9 @@
 """Every command of the tutorial and of docs/how-to/recorded-runs.md, run as written in a fresh copy
 of the checkout (its git-tracked files): each ``$`` line of a ``console`` block, in page order,
-from the copy's root, with a fresh outcome store. The lines a block shows after a command must
+from the copy's root. The copy starts with the checkout's own outcome store (``.redline/``) when
+there is one (CI's first command, the gate on the embedded grid, leaves it): keys hold inputs by
+content, not by place, so the copy reuses it, as a second clone would, and only what it lacks is
+decoded. The lines a block shows after a command must
 appear in its output (``...`` stands for anything; paths into the copy read as relative); the
 exit status is 4 when the block shows ``ERROR:``, 1 when it shows ``NOT CERTIFIED``, else 0.
 ``bash`` blocks (a GPU, your own runs) are not run. The tutorial's second page writes its grid
@@ -10,8 +13,10 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import sqlite3
 import subprocess
 import sys
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -43,6 +48,11 @@ def fresh_copy(tmp_path: Path) -> Path:
         if name and (ROOT / name).is_file():
             (copy / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / name, copy / name)
+    store = ROOT / ".redline" / "outcomes.sqlite"
+    if store.is_file():  # copied through sqlite's backup API: consistent even beside a writer
+        (copy / ".redline").mkdir()
+        with closing(sqlite3.connect(store)) as source, closing(sqlite3.connect(copy / ".redline" / "outcomes.sqlite")) as target:
+            source.backup(target)
     return copy
 
 

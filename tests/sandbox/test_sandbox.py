@@ -405,9 +405,10 @@ def test_denied_kernel_interfaces_sandbox():
 
 
 @pytest.mark.parametrize("machine", sorted(seccomp._ARCHES))
-def test_every_jump_lands_seccomp(machine):
+@pytest.mark.parametrize("memfd, inet", [(True, True), (False, False)])
+def test_every_jump_lands_seccomp(machine, memfd, inet):
     # The filter is well formed: 8-byte instructions, every jump inside it, ending in a return.
-    program = seccomp.program_filter(machine)
+    program = seccomp.program_filter(machine, memfd=memfd, inet=inet)
     instructions = [struct.unpack("=HBBI", program[i:i + 8]) for i in range(0, len(program), 8)]
     assert len(program) % 8 == 0 and instructions[-1][0] == 0x06
     for at, (code, jt, jf, _) in enumerate(instructions):

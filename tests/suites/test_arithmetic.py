@@ -1,4 +1,5 @@
 """Laws of the synthetic arithmetic suite."""
+import itertools
 import random
 import re
 
@@ -18,6 +19,8 @@ from pytest_redline.suites.arithmetic import (
     stream,
     subtraction,
 )
+
+pytest_plugins = ["pytester"]
 
 
 def _check_steps(problem):
@@ -117,3 +120,39 @@ def test_total_score_on_malformed_text(text):
 def test_clear_errors_bad_suite_args(kwargs, message):
     with pytest.raises(ValueError, match=message):
         ArithmeticSuite(**kwargs)
+
+
+@pytest.mark.slow  # lists and counts the 1.48 million problems: about 6 s of CPU here (57 s wall at load 12)
+def test_n_beyond_the_split_refused_with_the_largest_n():
+    """A split holds a finite number of distinct problems; a larger n is refused at once (it used
+    to draw up to 1000 n problems first), naming that number, which is every problem the stream
+    can draw that falls in the split."""
+    from pytest_redline.suites import arithmetic
+
+    prompts = list(arithmetic.every_prompt())
+    assert len(prompts) == len(set(prompts))
+    drawn = {problem.prompt for problem in itertools.islice(stream("calibration", 0), 20_000)}
+    assert drawn <= set(prompts)
+    counts = {split: arithmetic.distinct_count(split) for split in ("calibration", "test", "train")}
+    assert sum(counts.values()) == len(prompts)
+    assert min(counts.values()) > arithmetic.FEWEST_DISTINCT  # below it, n needs no count
+    for split, count in counts.items():
+        with pytest.raises(ValueError, match=rf"^arithmetic: suite_args.n: expected at most {count} \(the distinct "
+                                             rf"problems of split '{split}'\), got 100000000$"):
+            ArithmeticSuite(split=split, n=100_000_000)
+    assert len(ArithmeticSuite(n=2000).prompts()) == 2000
+
+
+@pytest.mark.slow  # a gate run in process, counting the problems: about 4 s of CPU
+def test_gate_exit_4_for_n_beyond_the_split(pytester):
+    from pathlib import Path
+
+    from pytest_redline.suites.arithmetic import distinct_count
+
+    root = Path(__file__).resolve().parents[2]
+    grid = (root / "redline.yaml").read_text().replace("n: 512", "n: 100000000")
+    pytester.makefile(".yaml", redline=grid.replace("engines/models/bd-tiny", str(root / "engines" / "models" / "bd-tiny")))
+    result = pytester.runpytest("-p", "no:cacheprovider", "--redline-alpha=0.1")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"ERROR: */redline.yaml: suite_args: * arithmetic: suite_args.n: expected at most "
+                                 f"{distinct_count('calibration')} (the distinct problems of split 'calibration'), got 100000000"])

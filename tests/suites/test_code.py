@@ -121,11 +121,16 @@ def test_standard_splits_mbpp(split, sanitized, count, first, last):
     assert len(ids) == count and min(ids) >= first and max(ids) <= last
 
 
-def test_fail_exit_in_main_block_mbpp():
+def test_cut_closing_main_block_mbpp():
+    # A closing __main__ block (the program's own run: input(), unittest.main(), sys.exit(0)) is
+    # cut, so it never fails a right function; an exit at the top level still fails.
     prompt = MBPP(ids=[11]).prompts()[0]
     code = prompt.meta["code"]
     assert MBPP_ALL.score(prompt, code + "\n\nif __name__ == '__main__':\n    print('ok')\n")
-    assert not MBPP_ALL.score(prompt, "import sys\n" + code + "\n\nif __name__ == '__main__':\n    sys.exit(0)\n")
+    assert MBPP_ALL.score(prompt, "import sys\n" + code + "\n\nif __name__ == '__main__':\n    sys.exit(0)\n")
+    assert mbpp_program(f"{code}\nif __name__ == '__main__':\n    input()\n") == code + "\n"
+    kept = f"if __name__ == '__main__':\n    pass\n{code}"  # a def after it: not its closing block
+    assert mbpp_program(kept) == kept + "\n"
     assert not MBPP_ALL.score(prompt, "import os\n" + code + "\nos._exit(0)\n")
 
 

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from pytest_redline.scoring import suite_version
-from pytest_redline.suites.code import MBPP, HumanEval, code_blocks, humaneval_program, mbpp_program
+from pytest_redline.suites.code import MAX_COMPLETION_CHARS, MBPP, HumanEval, code_blocks, humaneval_program, mbpp_program
 
 HUMANEVAL = HumanEval(ids=["humaneval/HumanEval-0"])
 MBPP_ONE = MBPP(count=1, seed=0)
@@ -87,3 +87,17 @@ def test_changed_rules_code():
     # New assembly rules: the rules' revision (part of the outcome key) is not the old one.
     assert HumanEval.rules != "cut at stop strings (2)" and MBPP.rules
     assert suite_version(HUMANEVAL).endswith(f"rules {HumanEval.rules}")
+
+
+def test_wrong_unrun_over_cap_code():
+    # A completion over MAX_COMPLETION_CHARS is wrong without being assembled or run, with a
+    # reason that says why; one at the cap is scored as usual.
+    prompt = HUMANEVAL.prompts()[0]
+    right = prompt.meta["canonical_solution"]
+    padded = right + "\n" + "#" * (MAX_COMPLETION_CHARS - len(right) - 1)
+    over = padded + "#"
+    [at_cap, beyond] = HUMANEVAL.execute([prompt, prompt], [padded, over])
+    assert len(padded) == MAX_COMPLETION_CHARS and at_cap.passed
+    assert not beyond.passed and beyond.reason.startswith(f"a completion of {MAX_COMPLETION_CHARS + 1} characters")
+    assert HUMANEVAL.score_many([prompt, prompt], [padded, over]) == [True, False]
+    assert MAX_COMPLETION_CHARS in (1 << 20,) and "over 1 Mi characters wrong" in HumanEval.rules + MBPP.rules

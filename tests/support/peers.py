@@ -28,7 +28,9 @@ from types import SimpleNamespace
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PEERS = ROOT.parent / "shared" / "reference" / "peers"
+# beside the checkout (CI, /work/main), or one level up for a worktree in a folder of worktrees
+PEERS = next((base / "shared" / "reference" / "peers" for base in (ROOT.parent, ROOT.parent.parent)
+              if (base / "shared" / "reference" / "peers").is_dir()), ROOT.parent / "shared" / "reference" / "peers")
 BUILDER = ROOT / "benchmarks" / "make_tiny_checkpoints.py"
 
 
