@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("openai", reason="the endpoint extra is not installed: pip install -e '.[endpoint]'")
+pytest.importorskip("aiohttp", reason="the endpoint extra is not installed: pip install -e '.[endpoint]'")
 
 # Imported out here: pytester's in-process runs drop the modules they import, and numpy's
 # and torch's C extensions cannot load twice (redline_fakes imports the gate's own).
