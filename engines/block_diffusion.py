@@ -163,7 +163,7 @@ class BlockDiffusionEngine(BlockDiffusionSpec):
 
     def describe(self) -> dict[str, str]:
         return runtime.describe(self.name, self.device, self.dtype, model=self.path,
-                                rules=self.rules_for(self.dtype, self.checkpoint.family), **self.checkpoint.describe())
+                                rules=self.rules_for(str(self.dtype).removeprefix("torch."), self.checkpoint.family), **self.checkpoint.describe())
 
     def generate(self, prompts: Sequence[Prompt], config: Mapping[str, Any]) -> list[Generation]:
         config = self.with_declared(config, self.checkpoint.block_size)  # the spec's rule, as reported

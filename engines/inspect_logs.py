@@ -74,7 +74,8 @@ class InspectEngine(RecordedRuns):
             record = _fields(sample)
             hashes = {"input": _sha(_plain(sample.input)), "target": _sha(_plain(sample.target))}
             text = sample.output.completion if sample.output is not None else ""
-            units[sid] = Unit(sid, _text(sample.input), hashes, correct, text, record)
+            meta = {k: v for k, v in (sample.metadata or {}).items() if isinstance(v, (str, int, float, bool))}
+            units[sid] = Unit(sid, _text(sample.input), hashes, correct, text, record, meta=meta)
         return Run(str(path), units, digest([file])), str(log.eval.task)
 
 

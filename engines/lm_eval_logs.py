@@ -9,6 +9,10 @@
       bf16: {path: runs/bf16, tokens_per_s: 1850}
       fp8:  {path: runs/fp8,  tokens_per_s: 2710}
 
+``task: [a, b]`` gates several tasks' docs together, as a task group (MMLU's subtasks) writes one
+samples file per task: the prompt ids are ``<task>/<doc_id>``, so each task is a slice of the
+report (pytest_redline.slices).
+
 Each config's ``path`` is the ``--output_path`` of its lm-eval run; ``results_<time>.json`` and
 ``samples_<task>_<time>.jsonl`` are found anywhere under it (lm-eval adds a folder named after the
 model). There must be one samples file of the task, or ``run: <time>`` picks one. ``filter`` may be
@@ -24,6 +28,8 @@ final ``####``). Parsed without importing lm_eval (whose import takes seconds).
 """
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
 import math
 import re
@@ -50,8 +56,8 @@ class LmEvalEngine(RecordedRuns):
         if unknown:
             raise TypeError(f"lm_eval: unknown engine argument {unknown[0]!r}; known: {', '.join(known)}")
         args = {"filter": None, "rescore": False, "reducer": None, "run": None, **engine_args}
-        for key in ("task", "metric"):
-            check_name(cls.name, key, args.get(key))
+        args["task"] = _tasks(args.get("task"))
+        check_name(cls.name, "metric", args.get("metric"))
         for key in ("filter", "run"):
             check_name(cls.name, key, args[key], required=False)
         if not isinstance(args["rescore"], bool):
@@ -61,7 +67,20 @@ class LmEvalEngine(RecordedRuns):
 
     @classmethod
     def read(cls, path: str, args: Mapping[str, Any], key: str) -> tuple[Run, str]:
-        task = args["task"]
+        """One task's run (its prompt ids ``<task>/<doc_id>``), or several tasks' docs together,
+        each unit keyed ``<task>/<doc_id>`` (then the task is ""): each task is a slice."""
+        tasks = args["task"]
+        if isinstance(tasks, str):
+            return cls._read_task(path, tasks, args, key)
+        units, digests = {}, []
+        for task in tasks:
+            run, _ = cls._read_task(path, task, args, key)
+            units.update({f"{task}/{k}": dataclasses.replace(u, key=f"{task}/{k}") for k, u in run.units.items()})
+            digests.append(run.digest)
+        return Run(str(path), units, hashlib.sha256("".join(digests).encode()).hexdigest()), ""
+
+    @classmethod
+    def _read_task(cls, path: str, task: str, args: Mapping[str, Any], key: str) -> tuple[Run, str]:
         samples = _one_samples_file(Path(path), task, args["run"], key)
         stamp = re.fullmatch(rf"samples_{re.escape(task)}_({TIME})\.jsonl", samples.name).group(1)
         results = samples.parent / f"results_{stamp}.json"
@@ -95,6 +114,17 @@ class LmEvalEngine(RecordedRuns):
         gold, expected = _number_text(str(answer).rsplit("####", 1)[-1]), _number_text(str(prompt.meta.get("answer")))
         if gold != expected:
             raise RunError("suite", f"{where}: the doc's gold answer {gold!r} differs from the suite's {expected!r}")
+
+
+def _tasks(value: Any) -> str | tuple[str, ...]:
+    """``task``: one task's name, or a list of distinct names (a task group's subtasks, one samples
+    file each)."""
+    if isinstance(value, (list, tuple)) and value and all(isinstance(t, str) and t.strip() for t in value):
+        if len(set(value)) < len(value):
+            raise ValueError(f"lm_eval: engine_args.task: expected distinct task names, got {list(value)!r}")
+        return tuple(value)
+    check_name(LmEvalEngine.name, "task", value)
+    return value
 
 
 def _number_text(text: str) -> str:

@@ -47,7 +47,9 @@ class Unit:
 
     ``hashes`` must agree across configs (what pairs the unit); ``correct`` is its judgement, its
     repeats or epochs reduced (None when re-scoring); ``record`` is the log's own record, for
-    per-sample cost fields; ``doc`` is the evaluated document, for matching a suite's prompts.
+    per-sample cost fields; ``doc`` is the evaluated document, for matching a suite's prompts;
+    ``meta`` the log's plain metadata fields of the prompt (an Inspect sample's ``metadata``),
+    which become the prompt's metadata.
     """
 
     key: str
@@ -57,6 +59,7 @@ class Unit:
     text: str
     record: Mapping[str, Any] = field(default_factory=dict)
     doc: Mapping[str, Any] | None = None
+    meta: Mapping[str, Any] = field(default_factory=dict)  # the log's own per-prompt metadata (slice_by may name a field)
 
 
 @dataclass(frozen=True)
@@ -110,8 +113,9 @@ def check_name(engine: str, key: str, value: Any, required: bool = True) -> None
 
 
 def unit_key(prompt_id: str, prefix: str) -> str:
-    """The unit a prompt id names: after ``<task>/`` for the engine's own prompts, else its last
-    path segment (a suite's ``gsm8k/12`` or ``arithmetic/cal/12`` is document 12)."""
+    """The unit a prompt id names: after ``<task>/`` for the engine's own prompts (the whole id
+    when ``prefix`` is "": several tasks' units are keyed ``<task>/<doc>``), else its last path
+    segment (a suite's ``gsm8k/12`` or ``arithmetic/cal/12`` is document 12)."""
     return prompt_id[len(prefix):] if prompt_id.startswith(prefix) else prompt_id.rsplit("/", 1)[-1]
 
 
@@ -122,6 +126,7 @@ class RecordedRuns:
     name = ""
     batch_invariant = True  # one recorded answer per prompt, whatever the batch
     what = "prompts"  # how the log names its units, for messages ("docs", "samples")
+    read_every_outcome = True  # reading a logged outcome costs nothing: no schedule, every V exact (contracts.py)
 
     def __init__(self, **engine_args: Any) -> None:
         self.args = self.parse_args(engine_args)
@@ -186,9 +191,10 @@ class RecordedRuns:
         if prompts is None:
             if args.get("rescore"):
                 raise RunError("suite", f"{cls.name}: rescore: true needs the grid's suite, whose judge scores the texts")
-            prompts = [Prompt(id=f"{task}/{u.key}", text=u.prompt, meta=dict(u.hashes)) for u in runs[reference].units.values()]
+            prompts = [Prompt(id=f"{task}/{u.key}" if task else u.key, text=u.prompt, meta={**u.meta, **u.hashes})
+                       for u in runs[reference].units.values()]
         else:
-            _match_suite(cls, prompts, runs[reference], f"{task}/", args)
+            _match_suite(cls, prompts, runs[reference], f"{task}/" if task else "", args)
         return list(prompts), {name: {**configs[name], DIGEST: run.digest} for name, run in runs.items()}
 
     # ------------------------------------------------------------------ the engine
@@ -208,7 +214,7 @@ class RecordedRuns:
         costs = {k: v for k, v in config.items() if k not in ("path", DIGEST)}
         out = []
         for prompt in prompts:
-            unit = run.units.get(unit_key(prompt.id, f"{task}/"))
+            unit = run.units.get(unit_key(prompt.id, f"{task}/" if task else ""))
             if unit is None:
                 raise ValueError(f"{run.source}: no {self.what[:-1]} for prompt {prompt.id!r}")
             extra = {k: float(v) if not isinstance(v, str) else float(unit.record[v]) for k, v in costs.items()}

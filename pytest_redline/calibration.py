@@ -18,13 +18,14 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping
 
-from pytest_redline import registry, runs
+from pytest_redline import contracts, registry, runs
 from pytest_redline.contracts import ConfigError, EngineFactory, Prompt, Suite
 from pytest_redline.decode.enginebook import EngineBook
 from pytest_redline.grid import FASTEST, Grid
 
 Mode = Literal["all", "select", "gate"]  # what a grid's deploy key asks (docs/contributing/architecture.md, Glossary)
 MODES: dict[str | None, Mode] = {None: "all", FASTEST: "select"}  # any other deploy value names a config: "gate"
+GRID_FILE, OPTION = "grid file", "--redline-alpha"  # where a grid's alpha came from (Calibration.alpha_source)
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,13 @@ class Calibration:
     full: bool = False  # --redline-full: every config on every prompt, no schedule
     cost_estimated: bool = False  # the cost is a wall time an engine measures (its ``wall_time_costs``)
     declared: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # per config: what its checkpoint declares
+    alpha_source: str = OPTION  # GRID_FILE (the grid's `alpha:`) or OPTION (--redline-alpha)
+    reads_every_outcome: bool = False  # every config's engine declares read_every_outcome: no schedule (full)
+
+    @property
+    def advisory(self) -> bool:
+        """``required: false``: gated, reported and counted in the delta split; it fails nothing."""
+        return self.grid.advisory
 
     @property
     def reference(self) -> str:
@@ -116,13 +124,15 @@ def prepare(grid: Grid, label: str, level: Level, engines: EngineBook) -> Calibr
     _check_prompts(grid, prompts)
     deploy = _deploy(grid, configs, level.deploy_override)
     delta = level.delta if level.delta is not None else (grid.delta if grid.delta is not None else 0.10)
+    read_all = all(contracts.reads_every_outcome(c) for c in classes.values())
     cal = Calibration(
         grid=grid, label=label, configs=configs, params=params, engines=engine_of, suite=suite,
-        prompts=prompts, alpha=level.alpha, delta=delta, delta_share=delta / level.grids_in_session,
+        prompts=prompts, alpha=grid.alpha if grid.alpha is not None else level.alpha, delta=delta,
+        delta_share=delta / level.grids_in_session,
         grids_in_session=level.grids_in_session, correction=level.correction, deploy=deploy,
-        seed=level.seed, full=level.full,
+        seed=level.seed, full=level.full or read_all,
         cost_estimated=any(grid.cost in getattr(c, "wall_time_costs", ()) for c in classes.values()),
-        declared=declared,
+        declared=declared, alpha_source=GRID_FILE if grid.alpha is not None else OPTION, reads_every_outcome=read_all,
     )
     _check_n(cal)
     return cal
@@ -280,6 +290,11 @@ def _check_prompts(grid: Grid, prompts: tuple[Prompt, ...]) -> None:
         if "::" in prompt.id:
             raise grid.error(key, f"expected prompt ids without '::' (it separates node ids), got {prompt.id!r}")
         seen.add(prompt.id)
+    from pytest_redline.slices import check_prompts
+
+    unsliced = check_prompts(prompts, grid.slice_by)
+    if unsliced:
+        raise grid.error("slice_by", unsliced)
 
 
 def _deploy(grid: Grid, configs: tuple[str, ...], override: str | None) -> str | None:
@@ -304,6 +319,6 @@ def _check_n(cal: Calibration) -> None:
         n -= 1
     raise cal.grid.error(
         _prompts_key(cal.grid),
-        f"expected at least {n} prompts: with n={cal.n} no config can pass at alpha={cal.alpha:g}, "
+        f"expected at least {n} prompts: with n={cal.n} no config can pass at alpha={cal.alpha:g} ({cal.alpha_source}), "
         f"delta={cal.delta_share:g} and m={cal.m} configs (critical count < 0 even for 0 violations)",
     )

@@ -156,6 +156,21 @@ class Engine(Protocol):
     def generate(self, prompts: Sequence[Prompt], config: Mapping[str, Any]) -> list[Generation]: ...
 
 
+# What reading an outcome costs: a declaration of the engine class (a class attribute, found by
+# getattr; False when absent), kept apart from the protocols above.
+
+#: ``read_every_outcome = True``: reading one of the engine's outcomes costs nothing (a recorded
+#: log: ``lm_eval``, ``inspect``), so the gate reads every outcome of a grid whose configs all
+#: declare it instead of scheduling them: a stop would save nothing and would hide the exact V.
+#: ``replay`` does not declare it: showing what the schedule would spend on recorded data is its job.
+READ_EVERY_OUTCOME = "read_every_outcome"
+
+
+def reads_every_outcome(factory: Any) -> bool:
+    """Whether an engine class declares :data:`READ_EVERY_OUTCOME`."""
+    return bool(getattr(factory, READ_EVERY_OUTCOME, False))
+
+
 @runtime_checkable
 class EngineFactory(Protocol):
     """What an entry point of ``redline.engines`` names: a callable ``(**engine_args) -> Engine``,

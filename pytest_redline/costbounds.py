@@ -58,8 +58,17 @@ def parse(raw: Mapping[str, Any] | None, where: str) -> dict[str, tuple[Fraction
         if not ok or not -INF < value[0] <= value[1] or value[1] == -INF:
             raise BoundsError(f"{where}: cost_bounds[{field!r}]: expected (low, high), numbers with low <= high (low "
                               f"finite, high possibly inf), or {CONSTANT!r}; got {value!r}")
-        out[str(field)] = (Fraction(value[0]), value[1] if math.isinf(value[1]) else Fraction(value[1]))
+        out[str(field)] = (decimal(value[0]), value[1] if math.isinf(value[1]) else decimal(value[1]))
     return out
+
+
+def decimal(x: Any) -> Fraction:
+    """``x`` exactly as it was written: a float as the shortest decimal that gives it back
+    (``Fraction(repr(x))``: 6.4 is 32/5, not the binary double's 7205759403792794/1125899906842624),
+    an int or a Fraction as itself. The one reading of ``min_gain`` and of the costs it meets."""
+    if isinstance(x, Fraction) or isinstance(x, numbers.Integral):
+        return Fraction(int(x)) if isinstance(x, numbers.Integral) else x
+    return Fraction(repr(float(x)))
 
 
 def value(outcome: Any, field: str) -> Fraction | None:
@@ -71,7 +80,7 @@ def value(outcome: Any, field: str) -> Fraction | None:
         x = getattr(outcome, field)
     else:
         x = dict(outcome.extra).get(field)
-    return None if x is None or math.isnan(x) else Fraction(x)
+    return None if x is None or math.isnan(x) else decimal(x)
 
 
 def violation(bounds: Bounds, outcome: Any, first: Any | None = None) -> str | None:
@@ -231,7 +240,7 @@ def standing(
     ref = score(intervals[reference])[0]
     threshold = None
     if min_gain is not None:
-        g = Fraction(min_gain)
+        g = decimal(min_gain)
         threshold = -intervals[reference][0] / g if lower_is_better else ref * (1 + g / 100)
     sure = {i: threshold is None or score(intervals[i])[0] >= threshold for i in contenders}
     out = {}
@@ -278,14 +287,29 @@ def settle(
 
 
 def exact_choice(table: Any, kind: str, complete: Sequence[int], points: Mapping[int, Fraction],
-                 choosable: Sequence[int], reference: int, lower_is_better: bool) -> int | None:
+                 choosable: Sequence[int], reference: int, lower_is_better: bool,
+                 min_gain: Any = None, gain_kind: str | None = None) -> int | None:
     """The deployment on exact costs: rows ``complete`` of ``table`` summed exactly, ``points``
-    (costs fixed by declared bounds) as given; None when a config it needs has no exact cost."""
+    (costs fixed by declared bounds) as given; None when a config it needs has no exact cost.
+    With ``min_gain``, a candidate must gain that much on those exact costs (``gain_kind``
+    ``"percent"`` or ``"factor"``; default: a factor when lower is better)."""
     need = [reference, *choosable]
     costs = {**exact_costs(table, kind, [i for i in complete if i in need]), **points}
     if any(i not in costs for i in need):
         return None
+    if min_gain is not None:
+        kind_of_gain = gain_kind or ("factor" if lower_is_better else "percent")
+        choosable = [i for i in choosable if gains_enough(costs[i], costs[reference], lower_is_better, kind_of_gain, min_gain)]
     return select_exact(costs, choosable, reference, lower_is_better)
+
+
+def gains_enough(cost: Fraction, reference_cost: Fraction, lower_is_better: bool, gain_kind: str, min_gain: Any) -> bool:
+    """Whether ``cost`` gains at least ``min_gain`` (read as written) over ``reference_cost``, exactly."""
+    top, bottom = (reference_cost, cost) if lower_is_better else (cost, reference_cost)
+    if bottom == 0:
+        return top > 0
+    ratio = Fraction(top) / Fraction(bottom)
+    return (100 * (ratio - 1) if gain_kind == "percent" else ratio) >= decimal(min_gain)
 
 
 def exact_costs(table: Any, kind: str, rows: Sequence[int]) -> dict[int, Fraction]:

@@ -27,8 +27,9 @@ from pytest_redline.checks import in_open_unit
 
 KEYS = (
     "name", "suite", "suite_args", "engine", "engine_args", "cost", "direction",
+    "alpha", "required",
     "reference", "configs", "deploy", "delta", "batch_size", "timeout", "engine_stops",
-    "min_gain", "max_servers",
+    "min_gain", "max_servers", "slice_by",
 )
 CONFIG_ENGINE_KEYS = ("engine", "engine_args")
 PATH_KEYS = frozenset({"model", "outcomes", "path", "data", "draft", "target", "trace"})
@@ -75,10 +76,13 @@ class Grid:
     batch_size: int
     timeout: float | None
     engine_stops: bool = True  # engines stop at the suite's stop strings (the scorer cuts there anyway)
+    alpha: float | None = None  # this grid's budget; None: --redline-alpha's
+    advisory: bool = False  # `required: false`: gated and reported, but nothing in it fails the session
     # select mode: the least gain over the reference a deployed candidate must have, in the
     # report's gain unit (percent; a reduction factor for lower-is-better costs); None: any gain
     min_gain: float | None = None
     max_servers: int = 1  # servers the gate runs at once (configs with a `server:`); 1: one after another
+    slice_by: tuple[str, ...] | None = None  # how outputs split each config's figures (pytest_redline.slices)
 
     @property
     def lower_is_better(self) -> bool:
@@ -169,12 +173,15 @@ class _Reader:
             reference=reference,
             configs=configs,
             deploy=self.optional_str("deploy"),
-            delta=self.delta(),
+            delta=self.probability("delta"),
             batch_size=self.batch_size(),
             timeout=self.timeout(),
+            alpha=self.probability("alpha"),
+            advisory=not self.flag("required", True),
             engine_stops=self.flag("engine_stops", True),
             min_gain=self.min_gain(cost),
             max_servers=self.positive_int("max_servers", 1),
+            slice_by=self.slice_by(),
         )
         if configs is not None:
             grid.check_names(tuple(c.name for c in configs))
@@ -248,12 +255,12 @@ class _Reader:
             raise self.fail("direction", f"cost {cost!r} is {builtin}-is-better, got {given!r}")
         return given
 
-    def delta(self) -> float | None:
-        value = self.data.get("delta")
+    def probability(self, key: str) -> float | None:
+        value = self.data.get(key)
         if value is None:
             return None
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not in_open_unit(value):
-            raise self.fail("delta", f"expected a number in (0, 1), got {_show(value)}")
+            raise self.fail(key, f"expected a number in (0, 1), got {_show(value)}")
         return float(value)
 
     def min_gain(self, cost: str) -> float | None:
@@ -293,6 +300,14 @@ class _Reader:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 < value < math.inf:
             raise self.fail("timeout", f"expected a number of seconds > 0, got {_show(value)}")
         return float(value)
+
+    def slice_by(self) -> tuple[str, ...] | None:
+        from pytest_redline.slices import check_slice_by
+
+        try:
+            return check_slice_by(self.data.get("slice_by"))
+        except ValueError as e:
+            raise self.fail("slice_by", str(e)) from None
 
     def flag(self, key: str, default: bool) -> bool:
         value = self.data.get(key, default)

@@ -144,7 +144,7 @@ class Ledger:
         if record is None or record.grid not in self._cals:
             return
         label, key = record.grid, record.key
-        if report.failed:
+        if report.failed or (report.skipped and hasattr(report, "wasxfail")):  # xfailed: an advisory grid's error
             self._problems[label][key] = "errored"
         elif report.skipped and record.scheduled is not None:
             self._skips[label][key] = Skip(record.scheduled, record if record.has_outcome else None)

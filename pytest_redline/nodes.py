@@ -3,9 +3,10 @@
 Node ids read ``redline.yaml::acc85/semi70::gsm8k/17``. The reference's collector comes
 first. An item's ``setup`` gets its outcome (and the reference's) from the decoder, so an
 engine or scorer failure is an *error*; an item the schedule skips on purpose is *skipped*
-with the reason (a replayed grid's carries its recorded outcome). ``runtest`` never
-fails: a regression (reference right, candidate wrong) passes with its own status, and the
-verdict comes at session end.
+with the reason (a replayed grid's carries its recorded outcome); in an advisory grid
+(``required: false``) an error is an *xfail*, which pytest shows and never counts as a
+failure. ``runtest`` never fails: a regression (reference right, candidate wrong) passes
+with its own status, and the verdict comes at session end.
 
 Each item keeps an :class:`~pytest_redline.record.ItemRecord` (identity from collection on,
 the outcome once it has one) and publishes it as its ``user_properties``, which the
@@ -20,6 +21,8 @@ import pytest
 
 from pytest_redline.decode import DecodeError, Skipped
 from pytest_redline.record import ItemRecord, PromptKey, publish
+
+ADVISORY_ERROR = "redline: error in an advisory grid (required: false), which fails nothing"
 
 if TYPE_CHECKING:
     from pytest_redline.calibration import Calibration
@@ -91,6 +94,8 @@ class PromptItem(pytest.Item):
             skipped, message = False, self.gate.explain(e, self.nodeid, verbose=self.config.get_verbosity() > 0)
         if skipped:
             pytest.skip(message)
+        if self.cal.advisory:  # visible (XFAIL; JUnit XML <skipped type="pytest.xfail">), never a failure
+            raise pytest.xfail.Exception(f"{ADVISORY_ERROR}: {message}")
         pytest.fail(message, pytrace=False)
 
     def runtest(self) -> None:

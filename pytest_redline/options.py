@@ -1,7 +1,8 @@
 """The gate's command-line and ini options, and their resolved values.
 
-Only ``--redline-alpha`` activates the gate. For the other settings the command line wins
-over the ini file, which wins over the grid file (for ``delta``).
+Only ``--redline-alpha`` activates the gate; it is also the budget of every grid that sets no
+``alpha:`` of its own (a grid's own ``alpha:`` wins over it). For the other settings the command
+line wins over the ini file, which wins over the grid file (for ``delta``).
 """
 from __future__ import annotations
 
@@ -34,7 +35,8 @@ def seed_arg(text: str) -> int:
 def add_options(parser: pytest.Parser) -> None:
     group = parser.getgroup("redline", "Redline gate (certify lossy serving configs)")
     group.addoption("--redline-alpha", type=probability_arg("--redline-alpha"), default=None, metavar="ALPHA",
-                    help="activate the gate: certify configs whose risk against the reference is below ALPHA")
+                    help="activate the gate: certify configs whose risk against the reference is below ALPHA, the "
+                         "budget of every grid that sets no alpha of its own (a grid's alpha: wins)")
     group.addoption("--redline-delta", type=probability_arg("--redline-delta"), default=None, metavar="DELTA",
                     help="family-wise error level (default: the grid's delta, else 0.10)")
     group.addoption("--redline-grid", action="append", default=[], metavar="PATH",

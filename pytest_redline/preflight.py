@@ -38,6 +38,7 @@ class Plan:
     step: float  # Holm's hardest step: level / m
     power: tuple[float, ...]
     needed: tuple[int, ...]
+    alpha_source: str = "--redline-alpha"  # or "grid file" (its alpha:)
 
 
 def plan(cal: Calibration) -> Plan:
@@ -49,15 +50,16 @@ def plan(cal: Calibration) -> Plan:
         grid=cal.grid.name, alpha=cal.alpha, n=cal.n, m=cal.m, level=cal.delta_share, step=step,
         power=tuple(float(power(cal.n, cal.alpha, r, step)) for r in risks),
         needed=tuple(prompts_needed(cal.alpha, r, cal.m, cal.delta_share, power=TARGET) for r in risks),
+        alpha_source=cal.alpha_source,
     )
 
 
 def lines(plans: Iterable[Plan]) -> list[str]:
     plans = list(plans)
-    rows = [("grid", "n", "m", "level", "step", "power a/2", "power a/4", "n80 a/2", "n80 a/4")]
+    rows = [("grid", "alpha", "n", "m", "level", "step", "power a/2", "power a/4", "n80 a/2", "n80 a/4")]
     for p in plans:
-        rows.append((p.grid, str(p.n), str(p.m), f"{p.level:g}", f"{p.step:.4g}", *(f"{x:.3f}" for x in p.power),
-                     *(str(x) for x in p.needed)))
+        rows.append((p.grid, f"{p.alpha:g} ({p.alpha_source})", str(p.n), str(p.m), f"{p.level:g}", f"{p.step:.4g}",
+                     *(f"{x:.3f}" for x in p.power), *(str(x) for x in p.needed)))
     alphas = sorted({p.alpha for p in plans})
     out = [f"redline plan: alpha={', '.join(f'{a:g}' for a in alphas)}; no model loaded, nothing decoded"]
     out += text.table(rows)

@@ -77,8 +77,9 @@ For deterministic engines and costs the scheduled run deploys what the full run 
 measured wall time differs between any two runs, so there the ranking is an estimate either way.
 The verdict makes the final selection on exact costs too (``costbounds.exact_choice``: a float
 mean of rounded ratios could otherwise order two exactly tied contenders differently from the
-intervals that settled them). One limit: ``min_gain``'s eligibility is tested in floats, so
-a contender whose exact gain is exactly ``min_gain`` could be judged differently.
+intervals that settled them). ``min_gain`` is tested exactly on both paths, with every float
+(``min_gain`` and the costs) read as the shortest decimal that gives it back
+(``costbounds.decimal``), so a gain of exactly ``min_gain`` is eligible either way.
 
 Plain numpy; no pytest, no store. ``Decoder`` drives :meth:`Schedule.run` with a fetch
 function, and the verdict checks every stop again with :meth:`StopRule.confirm`.

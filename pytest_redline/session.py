@@ -213,7 +213,8 @@ class Gate:
 
             provenance = files.provenance(self.command, self._calibrations.values(), self.engines)
             self.file_notes += summary.write(self.options.markdown, self.verdicts, provenance, self.options.markdown_prompts)
-        if not all(v.certified for v in self.verdicts) and exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+        required = [v for v in self.verdicts if not v.cal.advisory]  # an advisory grid fails nothing
+        if not all(v.certified for v in required) and exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
             exitstatus = pytest.ExitCode.TESTS_FAILED
         self.exitstatus = int(exitstatus)
         return exitstatus
@@ -222,7 +223,9 @@ class Gate:
         from pytest_redline.spend import spend_of
 
         record = self.ledger.grid(cal.label)
-        if cal.full:
+        if cal.reads_every_outcome and not self.options.full:
+            how_run = "full: every outcome read (its engine reads recorded outcomes at no cost, so V is exact)"
+        elif cal.full:
             how_run = "full (--redline-full)"
         elif cal.label in self.fallbacks:
             how_run = f"full: scheduling could not hold ({self.fallbacks[cal.label]})"
@@ -233,12 +236,12 @@ class Gate:
     def summary(self, terminal: pytest.TerminalReporter) -> None:
         if not self.verdicts:
             return
-        from pytest_redline.report.sentences import session_line
+        from pytest_redline.report.sentences import session_line, title
         from pytest_redline.report.terminal import grid_lines
 
         verbosity = terminal.config.get_verbosity()
         for v in self.verdicts:
-            terminal.write_sep("=", f"redline: {v.cal.grid.name} ({v.cal.label})", bold=True)
+            terminal.write_sep("=", f"redline: {title(v)}", bold=True)
             for line in grid_lines(v, verbosity):
                 terminal.write_line(line)
         for note in self.file_notes:

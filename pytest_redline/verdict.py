@@ -411,8 +411,8 @@ def decide(record: GridRecord, spend: Spend | None = None, how_run: str = "full"
         costed = table if table is not None else seen  # exact costs: the arrays, not the table's methods
         cells = SimpleNamespace(tokens=costed.tokens, forwards=costed.forwards, extra=costed.extra, n=n)
         complete = range(m) if table is not None else np.flatnonzero(ran.all(axis=1))
-        choose = functools.partial(costbounds.exact_choice, cells, kind, complete, points,
-                                   reference=reference, lower_is_better=lower)
+        choose = functools.partial(costbounds.exact_choice, cells, kind, complete, points, reference=reference,
+                                   lower_is_better=lower, min_gain=min_gain if select else None, gain_kind=gain)
         options = dict(names=cal.configs, lower_is_better=lower, gain=gain, correction=cal.correction,
                        min_gain=min_gain if select else None, choose=choose)
         if ran is None:

@@ -1,5 +1,7 @@
 """The review page's charts, as inline SVG: round axis ticks, and point labels laid out so that
-none overlaps another label, a point or the alpha line's label, and none leaves the figure.
+none overlaps another label, a point or the alpha line's label, and none leaves the figure; a
+label sits beside its point only where that point is the nearest one to it (else a leader line
+joins them), so no label reads as another point's.
 
 Text is not measured here (no font is loaded): :func:`text_width` is an upper bound on the width
 of a label in common sans-serif fonts (tests check it against DejaVu Sans through matplotlib, and
@@ -81,7 +83,7 @@ def layout_labels(points: Sequence[tuple[str, float, float, bool]], obstacles: S
         text = _label_text(name, deployed)
         w, h = text_width(text, bold=deployed), LABEL_PX + 3
         free = lambda b: b.inside(frame) and not any(b.meets(t) for t in taken)  # noqa: E731
-        box = None
+        box, beside = None, None  # beside: the first free place whose nearest point is its own (no leader)
         for reach in (6, 14, 26, 42):
             for dx, dy in ((1, -1), (1, 1), (-1, -1), (-1, 1), (0, -1), (0, 1)):
                 cx = x + dx * reach if dx else x
@@ -89,12 +91,16 @@ def layout_labels(points: Sequence[tuple[str, float, float, bool]], obstacles: S
                 bx0 = cx if dx > 0 else cx - w if dx < 0 else cx - w / 2
                 by0 = cy - h if dy < 0 else cy
                 candidate = Box(bx0, by0, bx0 + w, by0 + h)
-                if free(candidate):
-                    box = candidate
+                if not free(candidate):
+                    continue
+                box = box or candidate
+                if reach <= 14 and nearest_point(candidate, points) == i:
+                    beside = candidate
                     break
-            if box is not None:
+            if beside is not None:
                 break
-        leader = box is None or reach > 14
+        box = beside or box
+        leader = beside is None
         if box is None:  # crowded: the free slot of the frame nearest the point (a leader line joins them)
             slots = [Box(bx0, by0, bx0 + w, by0 + h) for by0 in _steps(frame.y0, frame.y1 - h, h / 2)
                      for bx0 in _steps(frame.x0, frame.x1 - w, 6)]
@@ -105,6 +111,20 @@ def layout_labels(points: Sequence[tuple[str, float, float, bool]], obstacles: S
         placed.append(Label(text, box, (x, y), leader))
         taken.append(box)
     return placed
+
+
+def nearest_point(box: Box, points: Sequence[tuple[str, float, float, bool]]) -> int | None:
+    """The index of the point nearest to ``box`` (distance from the point to the box's edge);
+    None on a tie, where a reader could not tell which point the label names."""
+    distances = sorted((box_distance(box, x, y), k) for k, (_, x, y, _) in enumerate(points))
+    if len(distances) > 1 and distances[1][0] - distances[0][0] < 1.0:
+        return None
+    return distances[0][1]
+
+
+def box_distance(box: Box, x: float, y: float) -> float:
+    """How far the point (x, y) lies from ``box`` (0 inside it)."""
+    return math.hypot(max(box.x0 - x, 0, x - box.x1), max(box.y0 - y, 0, y - box.y1))
 
 
 def _steps(lo: float, hi: float, step: float) -> list[float]:
@@ -181,7 +201,9 @@ def risk_chart(configs: Sequence[dict], alpha: float, deployed: str | None, cost
             texts.append(f'<line x1="{x:.1f}" y1="{y:.1f}" x2="{min(max(x, b.x0), b.x1):.1f}" '
                          f'y2="{b.y1 if b.y1 <= y else b.y0:.1f}" class="leader"/>')
         cls = "pt deployed" if label.name.endswith("(deployed)") else "pt"
-        texts.append(f'<text x="{b.x0:.1f}" y="{b.y1 - 3:.1f}" class="{cls}">{_e(label.name)}</text>')
+        left = b.x1 <= x  # left of its point: the text ends at the box's right edge, nearest the point
+        texts.append(f'<text x="{b.x1 if left else b.x0:.1f}" y="{b.y1 - 3:.1f}" class="{cls}"'
+                     f'{" text-anchor=" + chr(34) + "end" + chr(34) if left else ""}>{_e(label.name)}</text>')
     line = (f'<line x1="{PAD}" y1="{sy(alpha):.1f}" x2="{W - RIGHT}" y2="{sy(alpha):.1f}" class="alpha"/>'
             f'<text x="{W - RIGHT}" y="{sy(alpha) - 4:.1f}" text-anchor="end" class="alpha-label">{_e(alpha_text)}</text>')
     return (f'<figure class="chart"><svg viewBox="0 0 {W} {H}" role="img" aria-label="risk against gain">{frame}{line}'

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from pytest_redline.report.files import atomic_write
+from pytest_redline.slices import slicings
 from pytest_redline.verdict import PROMPTS_LIMIT, GridVerdict
 
 
@@ -25,6 +26,8 @@ def grid_report(v: GridVerdict) -> dict[str, Any]:
         "suite": None if cal.suite is None else {"name": cal.grid.suite, "args": dict(cal.grid.suite_args),
                                                  "version": str(getattr(cal.suite, "version", ""))},
         "alpha": cal.alpha,
+        "alpha_source": cal.alpha_source,  # "grid file" (its alpha:) or "--redline-alpha"
+        "advisory": cal.advisory,  # required: false: gated and reported, fails nothing
         "delta": cal.delta,
         "delta_share": cal.delta_share,
         "grids_in_session": cal.grids_in_session,
@@ -51,6 +54,7 @@ def grid_report(v: GridVerdict) -> dict[str, Any]:
         "poor_trade": v.poor_trade,
         "configs": _configs(v),
         "regressions": v.record.regressions(),
+        "slices": [s.to_json() for s in slicings(v)],  # descriptive per-slice counts (pytest_redline.slices)
         "outcomes": {"reused": v.record.count("store"), "decoded": v.record.count("decoded")},
         "missing": [{"config": m.config, "prompt": m.prompt, "reason": m.reason} for m in v.missing],
         "error": v.error,
@@ -102,6 +106,7 @@ def _configs(v: GridVerdict) -> list[dict[str, Any]]:
         if not v.comparable(i):  # chosen by the schedule (mostly reference-correct prompts): not an all-prompt accuracy
             right = sum(v.record.entries[(entry["name"], p)].correct for p in ran)
             entry["accuracy_on_prompts_run"] = right / len(ran) if ran else None
+            entry["correct_on_prompts_run"] = int(right)
         entry["prompts_run"] = len(ran)
         entry["ran_on"] = ran
         entry["stopped"] = sched.stops[i] if sched else None
@@ -149,7 +154,10 @@ def _seconds(v: GridVerdict, name: str) -> float | None:
 def session_report(verdicts: Sequence[GridVerdict]) -> dict[str, Any]:
     """One grid: its object; several: ``{"grids": [...]}``."""
     reports = [grid_report(v) for v in verdicts]
-    return reports[0] if len(reports) == 1 else {"grids": reports, "certified": all(v.certified for v in verdicts)}
+    if len(reports) == 1:
+        return reports[0]
+    return {"grids": reports, "certified": all(v.certified for v in verdicts if not v.cal.advisory),  # what exit 0 needs
+            "advisory_not_certified": [v.cal.grid.name for v in verdicts if v.cal.advisory and not v.certified]}
 
 
 

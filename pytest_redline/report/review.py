@@ -36,12 +36,14 @@ def render(verdicts: Sequence[GridVerdict], provenance: Mapping[str, Any]) -> st
 
     sections = [_grid_section(v, grid_report(v), provenance.get("grids", {}).get(v.cal.label, {}), i)
                 for i, v in enumerate(verdicts)]
-    complete = all(v.complete for v in verdicts)
-    certified = all(v.certified for v in verdicts)
-    banner = "PARTIAL" if not complete else ("CERTIFIED" if certified else "NOT CERTIFIED")
+    required = [v for v in verdicts if not v.cal.advisory]  # an advisory grid fails nothing
+    advisory = [v.cal.grid.name for v in verdicts if v.cal.advisory and not v.certified]
+    banner = ("PARTIAL" if not all(v.complete for v in required) else
+              "CERTIFIED" if all(v.certified for v in required) else "NOT CERTIFIED")
+    aside = f" (advisory, not certified: {', '.join(advisory)})" if advisory else ""
     return _PAGE.format(
         title=html.escape(f"redline: {banner}: " + ", ".join(v.cal.grid.name for v in verdicts)),
-        style=_STYLE, script=_SCRIPT, banner_class=banner.lower().replace(" ", "-"), banner=banner,
+        style=_STYLE, script=_SCRIPT, banner_class=banner.lower().replace(" ", "-"), banner=html.escape(banner + aside),
         sections="\n".join(sections), provenance=_session_provenance(provenance),
     )
 
@@ -59,14 +61,30 @@ def _grid_section(v: GridVerdict, rep: Mapping[str, Any], prov: Mapping[str, Any
     cal = v.cal
     parts = [f'<section class="grid" id="grid-{index}">',
              f"<h2>{_e(cal.grid.name)} <small>{_e(cal.label)}</small></h2>",
-             _verdict_box(v, rep, prov), _config_table(v, rep),
+             _verdict_box(v, rep, prov), _config_table(v, rep), *(_slice_table(rep, sl) for sl in rep.get("slices") or ()),
              '<div class="charts">', _risk_chart(v, rep), _sweep_chart(v, rep), "</div>",
              _regressions(v, rep, index), _grid_provenance(cal, rep, prov), "</section>"]
     return "\n".join(parts)
 
 
+def _slice_table(rep: Mapping[str, Any], slicing: Mapping[str, Any]) -> str:
+    """One slicing's table: each config's V, right answers and accuracy per slice (exact counts)."""
+    stopped = {c["name"] for c in rep["configs"] if c.get("violations_bound") in ("lower", "upper")}
+    body = []
+    for row in slicing["rows"]:
+        full = row["decoded"] == row["prompts"] and row["accuracy"] is not None
+        cells = (row["config"], row["slice"], f"{row['violations']}" + (" (decoded only)" if row["config"] in stopped else ""),
+                 f"{row['correct']} / {row['decoded']}", str(row["prompts"]), _num(row["accuracy"]) if full else "–")
+        body.append("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in cells) + "</tr>")
+    head = "".join(f"<th>{h}</th>" for h in ("config", "slice", "V", "correct / decoded", "prompts", "accuracy"))
+    return (f'<details class="slices" open><summary>By {_e(slicing["by"])}: {len(slicing["slices"])} slices '
+            f'({_e(", ".join(slicing["slices"]))})</summary><table class="slices"><thead><tr>{head}</tr></thead>'
+            f'<tbody>{"".join(body)}</tbody></table><p class="note">V: regressions among the slice\'s decoded prompts; '
+            f'{_e(slicing["note"])}. A certificate per slice is one grid per slice.</p></details>')
+
+
 def _verdict_box(v: GridVerdict, rep: Mapping[str, Any], prov: Mapping[str, Any]) -> str:
-    from pytest_redline.report.sentences import best_cost
+    from pytest_redline.report.sentences import ADVISORY, best_cost, outcomes_line
 
     mode = rep["deploy_mode"]
     trade = _trade(v, rep)
@@ -82,16 +100,19 @@ def _verdict_box(v: GridVerdict, rep: Mapping[str, Any], prov: Mapping[str, Any]
         cls = "certified" if rep["certified"] else "not-certified"
     else:
         head, cls = f"deploy {rep['deployed']}{trade}", "certified" if rep["certified"] else "not-certified"
+    if rep.get("advisory"):
+        head = f"ADVISORY: {head}"
     facts = [
         ("mode", {"gate": "gate (the pull request's config must be certified)", "all": "all (every candidate must be certified)",
                   "select": f"select (the best-cost valid config is deployed: {best_cost(rep['cost'], rep['direction'])})"}.get(mode, mode)),
-        ("alpha", _num(rep["alpha"])), ("delta", _num(rep["delta"]) + (
+        ("alpha", f"{_num(rep['alpha'])} ({rep['alpha_source']})"), ("advisory", ADVISORY if rep.get("advisory") else None),
+        ("delta", _num(rep["delta"]) + (
             f" (this grid's share: {_num(rep['delta_share'])})" if rep.get("delta_share") != rep["delta"] else "")),
         ("n prompts", rep["n"]), ("m configs", rep["m"]), ("correction", rep["correction"]),
         ("reference", rep["reference"]), ("deployed", rep["deployed"]),
         ("best valid", _best_valid(rep)), ("alpha_min", _num(rep.get("alpha_min"))),
         ("cost intervals", _settled(rep)),
-        ("outcomes", f"{rep['outcomes']['reused']} reused from the store, {rep['outcomes']['decoded']} decoded"),
+        ("outcomes", outcomes_line(v).split(": ", 1)[1]),
     ]
     spend = rep.get("spend") or {}
     if spend.get("naive_forwards"):
@@ -189,8 +210,9 @@ def _config_table(v: GridVerdict, rep: Mapping[str, Any]) -> str:
             marks.append("reference")
         if c["name"] == rep["deployed"]:
             marks.append("deployed")
-        if c["name"] in rep.get("not_certified", ()) or (c.get("valid") is False and c["name"] != rep["reference"]):
-            marks.append("not-valid")
+        failed = c["name"] in rep.get("not_certified", ()) or (c.get("valid") is False and c["name"] != rep["reference"])
+        if failed:  # pink marks a failure: exceeds the budget; an inconclusive config is not shown as one
+            marks.append("inconclusive" if c.get("status") == "inconclusive" else "not-valid")
         cells = []
         for _, key in COLUMNS:
             value = c.get(key)
@@ -209,8 +231,9 @@ def _config_table(v: GridVerdict, rep: Mapping[str, Any]) -> str:
                 fmt = (lambda x: gain_text(x, _gain_kind(v, rep))) if key == "gain" else (lambda x: _num(x))
                 text, value = f"{_interval(span, fmt)} interval", next((x for x in span if x is not None), None)
             elif key == "accuracy" and value is None and c.get("accuracy_on_prompts_run") is not None:
-                value = c["accuracy_on_prompts_run"]
-                text = f"{_num(value)} on {c['prompts_run']} run"
+                value = None  # not an all-prompt accuracy: it does not sort among them
+                right = c.get("correct_on_prompts_run", round(c["accuracy_on_prompts_run"] * c["prompts_run"]))
+                text = f"– ({right} of the {c['prompts_run']} prompts it ran right)"
             elif key == "decode_seconds" and value is not None and not decoded[c["name"]]:
                 text, value = "reused", -1.0  # nothing decoded now: the store's (or the replay's) outcomes
             else:
@@ -224,8 +247,11 @@ def _config_table(v: GridVerdict, rep: Mapping[str, Any]) -> str:
             "the store; empty where a config was not decoded on every prompt (the JSON report has "
             "the subset figures). '[low, high] interval': a valid config's all-prompt cost (gain) interval, from the "
             "prompts it ran and its engine's declared cost bounds on the rest, which settled the deployment without "
-            "decoding it everywhere. 'on N run': accuracy on the N prompts it ran, which the schedule chose (mostly "
-            "those the reference answers right): not comparable with the all-prompt figures. Click a header to sort.")
+            "decoding it everywhere. '– (K of the N prompts it ran right)': a config not decoded on every prompt has no "
+            "accuracy; K counts its right answers on the N prompts the schedule chose (mostly those the reference "
+            "answers right), so K / N is not comparable with the all-prompt accuracies. Rows: green deployed, pink "
+            "NOT valid and exceeds the budget (a failure), grey NOT valid and inconclusive (too few prompts to tell). "
+            "Click a header to sort.")
     return (f'<table class="configs sortable"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
             f'<p class="note">{_e(note)}</p>')
 
@@ -404,7 +430,9 @@ table.configs td{white-space:nowrap}table.configs td:nth-child(2){white-space:no
 table.configs th{cursor:pointer;background:#f2f2f2;user-select:none;white-space:nowrap}table.configs td:first-child,table.configs td:nth-child(2){text-align:left}
 table.configs td:nth-child(2){font-family:ui-monospace,monospace;font-size:12px}
 tr.deployed td:first-child::after{content:" *";font-weight:700}tr.reference td:first-child::after{content:" R"}
-tr.deployed{background:#e8f5ec}tr.not-valid{background:#fdecea}.note{color:#666;font-size:12px}
+tr.deployed{background:#e8f5ec}tr.not-valid{background:#fdecea}tr.inconclusive{background:#f1f1f4}
+table.configs th:nth-child(-n+2){text-align:left}
+table.slices td,table.slices th{padding:2px 8px;text-align:right;border-bottom:1px solid #eee}table.slices td:nth-child(-n+2),table.slices th:nth-child(-n+2){text-align:left}.note{color:#666;font-size:12px}
 .charts{display:flex;flex-wrap:wrap;gap:12px}figure.chart{margin:8px 0;max-width:480px}svg{width:100%;height:auto}
 .axis{stroke:#444}.tick{font-size:10px;fill:#555}.label{font-size:11px;fill:#333}.alpha{stroke:#b3261e;stroke-dasharray:4 3}
 .alpha-label{font-size:10px;fill:#b3261e}.dot.ok{fill:#1f7a3a}.dot.bad{fill:#b3261e}.pt{font-size:9px;fill:#333}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Sequence
 
+from pytest_redline.calibration import GRID_FILE
 from pytest_redline.ledger import REASONS
 from pytest_redline.report import text
 from pytest_redline.verdict import GridVerdict
@@ -16,6 +17,7 @@ if TYPE_CHECKING:  # the statistics load scipy: imported when a grid is certifie
     from pytest_redline.risk import RedlineResult
 
 EXAMPLES = 3
+ADVISORY = "advisory (required: false): reported, fails nothing"
 
 
 def header(v: GridVerdict) -> str:
@@ -29,6 +31,25 @@ def header(v: GridVerdict) -> str:
         f"alpha={cal.alpha:g} {delta} {cal.correction}, n={cal.n} prompts, m={cal.m} configs, "
         f"cost {cal.grid.cost} ({cal.grid.direction} is better); mode {cal.mode} ({deploy})"
     )
+
+
+def title(v: GridVerdict) -> str:
+    """The grid's title: its name and file, its budget and where it came from, and whether it is
+    advisory: ``code (code.yaml): alpha=0.05 from the grid file; advisory (...)``."""
+    cal = v.cal
+    source = "the grid file" if cal.alpha_source == GRID_FILE else cal.alpha_source
+    return f"{cal.grid.name} ({cal.label}): alpha={cal.alpha:g} from {source}" + (f"; {ADVISORY}" if cal.advisory else "")
+
+
+def outcomes_line(v: GridVerdict) -> str:
+    """Where the outcomes came from: a replayed grid (recorded outcomes: replay, lm_eval,
+    inspect) says it read them, since nothing was decoded."""
+    reused, now = v.record.count("store"), v.record.count("decoded")
+    if v.cal.replayed:
+        engines = ", ".join(dict.fromkeys(engine for engine, _ in v.cal.engines.values()))
+        return (f"outcomes: replayed ({engines}): {now} read from the recorded outcomes, {reused} reused from the store, "
+                "none decoded")
+    return f"outcomes: {reused} reused from the store, {now} decoded"
 
 
 
@@ -53,7 +74,11 @@ def missing_lines(v: GridVerdict) -> list[str]:
 
 def verdict_line(v: GridVerdict) -> str:
     """The grid's verdict line. In gate mode it leads with the named config and whether it is
-    certified, then what to deploy (it, or the reference)."""
+    certified, then what to deploy (it, or the reference). An advisory grid's is marked so."""
+    return ("ADVISORY " if v.cal.advisory else "") + _verdict(v)
+
+
+def _verdict(v: GridVerdict) -> str:
     cal = v.cal
     gate = f"{cal.deploy} " if cal.mode == "gate" else ""
     if not v.complete:
@@ -125,11 +150,17 @@ def trade_lines(v: GridVerdict) -> list[str]:
 def session_line(verdicts: Sequence[GridVerdict], exitstatus: int = 1) -> tuple[str, bool]:
     """The one line that says whether the session certified, and the exit status the
     process returns (2 after an interrupt, not the 1 of an uncertified run)."""
-    failed = [v.cal.grid.name for v in verdicts if not v.certified]
+    failed = [v.cal.grid.name for v in verdicts if not v.certified and not v.cal.advisory]
+    advisory = [v.cal.grid.name for v in verdicts if not v.certified and v.cal.advisory]
+    aside = f"; advisory, not certified (fails nothing): {', '.join(advisory)}" if advisory else ""
     if not failed:
-        return f"REDLINE CERTIFIED: {len(verdicts)} grid{'s' * (len(verdicts) != 1)}", True
+        required = sum(not v.cal.advisory for v in verdicts)
+        if not required:
+            return f"REDLINE: no required grid ({len(verdicts)} advisory){aside}", True
+        which = "required " if required < len(verdicts) else ""
+        return f"REDLINE CERTIFIED: {required} {which}grid{'s' * (required != 1)}{aside}", True
     why = "interrupted, " if int(exitstatus) == 2 else ""
-    return f"REDLINE NOT CERTIFIED: {', '.join(failed)} ({why}exit status {int(exitstatus)})", False
+    return f"REDLINE NOT CERTIFIED: {', '.join(failed)} ({why}exit status {int(exitstatus)}){aside}", False
 
 
 

@@ -20,6 +20,12 @@ Size: GitHub refuses a step summary over 1 MiB. The regressions are cut first (t
 ones in display order), and the summary says how many it left out; the JSON report and
 the review page keep them all.
 
+Pull-request comment: beside the summary, ``redline.comment.md`` (:func:`comment_path`) is the
+same document trimmed the same way to GitHub's 65,536-character limit on a comment. Both start
+with the session's hidden :func:`marker` (``<!-- redline: <grid names> -->``), by which a
+workflow finds its earlier comment and edits it in place (docs/how-to/ci.md). The gate itself
+posts nothing: it holds no token and makes no network call.
+
 :func:`render` works on plain data (:class:`GridSummary`: the JSON report object of a grid
 and a few lines of text), so it is tested without running pytest; :func:`grids` builds that
 data from the gate's verdicts and :func:`write` is what the session calls.
@@ -40,6 +46,7 @@ if TYPE_CHECKING:  # annotations only: grids() imports the report modules when i
     from pytest_redline.verdict import GridVerdict
 
 LIMIT = 1024 * 1024  # bytes: GitHub's limit on one step's summary (over it, GitHub uploads none of it)
+COMMENT_LIMIT = 65536  # characters (not bytes): GitHub's limit on one pull-request comment's body
 MIN_LIMIT = 16 * 1024  # when an earlier writer left less room than this, write this much anyway
 PROMPTS = ("none", "ids", "full")
 TEXT_CHARS = 300  # a prompt or an output in a full summary, as the terminal clips answers
@@ -55,7 +62,8 @@ class GridSummary:
     ``verdict`` and ``header`` the terminal's verdict and header lines, ``notes`` its other
     lines worth a reviewer's eye (a hint, a poor trade, a partial run's missing items);
     ``settle`` per inconclusive config what would settle it; ``prompts`` the prompt texts by
-    id (shown only in a ``full`` summary); ``grid_sha256`` the grid file's hash."""
+    id (shown only in a ``full`` summary); ``grid_sha256`` the grid file's hash; ``outcomes``
+    the terminal's outcomes line."""
 
     report: Mapping[str, Any]
     verdict: str
@@ -64,38 +72,60 @@ class GridSummary:
     settle: Mapping[str, str] = field(default_factory=dict)
     prompts: Mapping[str, str] = field(default_factory=dict)
     grid_sha256: str | None = None
+    outcomes: str = ""  # the terminal's outcomes line (a replayed grid says it replayed)
 
 
 # --------------------------------------------------------------------------- the document
 
 
-def render(grids: Sequence[GridSummary], provenance: Mapping[str, Any], prompts: str = "ids", limit: int = LIMIT) -> str:
-    """The whole summary, under ``limit`` bytes (UTF-8): every regression row that fits, in
-    display order, and a count of those left out."""
+def marker(grids: Sequence[GridSummary]) -> str:
+    """The session's hidden marker, the summary's first line: the same grids give the same marker,
+    so a workflow finds its earlier pull-request comment by it and edits it in place."""
+    names = ", ".join(sorted(g.report["grid"] for g in grids))
+    return f"<!-- redline: {names.replace('--', '- -')} -->"
+
+
+def render_comment(grids: Sequence[GridSummary], provenance: Mapping[str, Any], prompts: str = "ids",
+                   limit: int = COMMENT_LIMIT) -> str:
+    """The summary as a pull-request comment: under ``limit`` characters, trimmed as :func:`render`
+    trims a step summary (regression rows first)."""
+    return render(grids, provenance, prompts, limit=limit, size=len, what=COMMENT_WORDS)
+
+
+STEP_WORDS = "GitHub's 1 MiB limit for a step summary"
+COMMENT_WORDS = "GitHub's 65,536-character limit for a comment"
+
+
+def render(grids: Sequence[GridSummary], provenance: Mapping[str, Any], prompts: str = "ids", limit: int = LIMIT,
+           size=None, what: str = STEP_WORDS) -> str:
+    """The whole summary, under ``limit`` bytes (UTF-8; or as ``size`` measures, with ``what``
+    naming the limit): every regression row that fits, in display order, and a count of those
+    left out."""
     if prompts not in PROMPTS:
         raise ValueError(f"prompts: expected one of {', '.join(PROMPTS)}, got {prompts!r}")
+    size = size or _size
     rows = sum(len(_regressions(g.report)) for g in grids) if prompts != "none" else 0
-    doc = _document(grids, provenance, prompts, rows)
-    if _size(doc) < limit:
+    doc = _document(grids, provenance, prompts, rows, what)
+    if size(doc) < limit:
         return doc
     low, high = 0, rows  # the most rows that fit: binary search (the rest of the page does not depend on it)
     while low < high:
         mid = (low + high + 1) // 2
-        if _size(_document(grids, provenance, prompts, mid)) < limit:
+        if size(_document(grids, provenance, prompts, mid, what)) < limit:
             low = mid
         else:
             high = mid - 1
-    doc = _document(grids, provenance, prompts, low)
-    return doc if _size(doc) < limit else _cut(doc, limit)
+    doc = _document(grids, provenance, prompts, low, what)
+    return doc if size(doc) < limit else _cut(doc, limit, size, what)
 
 
-def _document(grids: Sequence[GridSummary], provenance: Mapping[str, Any], prompts: str, keep: int) -> str:
+def _document(grids: Sequence[GridSummary], provenance: Mapping[str, Any], prompts: str, keep: int,
+              what: str = STEP_WORDS) -> str:
     total = sum(len(_regressions(g.report)) for g in grids) if prompts != "none" else 0
-    parts = [_banner(grids)]
+    parts = [marker(grids) + "\n" + _banner(grids)]
     if total > keep:
-        parts.append(f"> **{total - keep} of {total} regressions left out** to keep this summary under GitHub's 1 MiB "
-                     "limit for a step summary; the JSON report (`--redline-report`) and the review page "
-                     "(`--redline-html`) list them all.")
+        parts.append(f"> **{total - keep} of {total} regressions left out** to keep this summary under {what}; "
+                     "the JSON report (`--redline-report`) and the review page (`--redline-html`) list them all.")
     for g in grids:
         shown = min(keep, len(_regressions(g.report))) if prompts != "none" else 0
         keep -= shown
@@ -106,18 +136,23 @@ def _document(grids: Sequence[GridSummary], provenance: Mapping[str, Any], promp
 
 def _banner(grids: Sequence[GridSummary]) -> str:
     reports = [g.report for g in grids]
-    if not all(r["complete"] for r in reports):
+    required = [r for r in reports if not r.get("advisory")]  # an advisory grid fails nothing
+    if not all(r["complete"] for r in required):
         word, mark = "PARTIAL", "⚠️"
-    elif all(r["certified"] for r in reports):
+    elif all(r["certified"] for r in required):
         word, mark = "CERTIFIED", "✅"
     else:
         word, mark = "NOT CERTIFIED", "❌"
-    return f"## {mark} REDLINE {word}: {_inline(', '.join(r['grid'] for r in reports))}"
+    advisory = [r["grid"] for r in reports if r.get("advisory") and not r["certified"]]
+    aside = f" (advisory, not certified: {', '.join(advisory)})" if advisory else ""
+    return f"## {mark} REDLINE {word}: {_inline(', '.join(r['grid'] for r in reports) + aside)}"
 
 
 def _grid(g: GridSummary, prompts: str, shown: int) -> str:
     r = g.report
-    parts = [f"### {_inline(r['grid'])} (`{_code(r['grid_file'])}`)", f"**{_inline(g.verdict)}**"]
+    source = "the grid file" if r.get("alpha_source") == "grid file" else r.get("alpha_source")
+    parts = [f"### {_inline(r['grid'])} (`{_code(r['grid_file'])}`) · α = {r['alpha']:g} from {_inline(source)}"
+             + (" · advisory (required: false): fails nothing" if r.get("advisory") else ""), f"**{_inline(g.verdict)}**"]
     if g.header:
         parts.append(_inline(g.header))
     if r["configs"] and "violations" in r["configs"][0]:  # certified (not a partial run, not an error)
@@ -133,6 +168,7 @@ def _grid(g: GridSummary, prompts: str, shown: int) -> str:
     if g.notes:
         parts.append("\n".join(f"- {_inline(note)}" for note in g.notes))
     parts.append(_regression_blocks(g, prompts, shown))
+    parts += [_slices(r, sl) for sl in r.get("slices") or ()]
     parts.append(_grid_provenance(g))
     return "\n\n".join(parts)
 
@@ -163,6 +199,22 @@ def _table(r: Mapping[str, Any]) -> str:
             "–" if c.get("net_accuracy_points") is None else f"{c['net_accuracy_points']:+.1f}",
         )
         lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _slices(r: Mapping[str, Any], slicing: Mapping[str, Any]) -> str:
+    """One slicing's table: each config's V, correct and accuracy per slice, exact counts."""
+    bounded = {c["name"] for c in r["configs"] if c.get("violations_bound") in ("lower", "upper")}
+    lines = [f"<details><summary>By {_inline(slicing['by'])}: {len(slicing['slices'])} slices "
+             f"({_inline(', '.join(slicing['slices']))}), descriptive counts, not certificates</summary>", "",
+             "| config | slice | V | correct / decoded | prompts | accuracy |", "|---|---|--:|--:|--:|--:|"]
+    for row in slicing["rows"]:
+        mark = " (decoded only: stopped early)" if row["config"] in bounded else ""
+        accuracy = "–" if row["decoded"] != row["prompts"] or row["accuracy"] is None else f"{row['accuracy']:.4f}"
+        lines.append(f"| {_cell(row['config'])} | {_cell(row['slice'])} | {row['violations']}{mark} | "
+                     f"{row['correct']} / {row['decoded']} | {row['prompts']} | {accuracy} |")
+    lines += ["", f"V: regressions among the slice's decoded prompts; {_inline(slicing['note'])}. A certificate per "
+                  "slice is one grid per slice.", "</details>"]
     return "\n".join(lines)
 
 
@@ -260,7 +312,7 @@ def _rules(regressions: Sequence[Mapping[str, Any]]) -> str:
 
 def _rows(rows: Sequence[Mapping[str, Any]], g: GridSummary, prompts: str) -> str:
     if not rows:
-        return "Left out: the summary reached GitHub's 1 MiB limit."
+        return "Left out: the summary reached its size limit (the count above says how many)."
     if prompts == "ids":
         lines = ["| prompt | deciding rule |", "|---|---|"]
         lines += [f"| {_cell(x['prompt'])} | {_rule(x)} |" for x in rows]
@@ -307,8 +359,8 @@ def _grid_provenance(g: GridSummary) -> str:
         suite = r["suite"]
         items.append(f"suite {_inline(suite['name'])}, scoring version `{_code(suite.get('version') or 'not reported')}`")
     outcomes = r.get("outcomes") or {}
-    items.append(f"outcomes: {outcomes.get('reused', 0)} reused from the store, {outcomes.get('decoded', 0)} decoded; "
-                 f"schedule: {_inline((r.get('schedule') or {}).get('mode', 'full'))}")
+    line = g.outcomes or f"outcomes: {outcomes.get('reused', 0)} reused from the store, {outcomes.get('decoded', 0)} decoded"
+    items.append(f"{_inline(line)}; schedule: {_inline((r.get('schedule') or {}).get('mode', 'full'))}")
     body = "\n".join(f"- {item}" for item in items)
     return f"<details><summary>Provenance of {_html(r['grid'])}</summary>\n\n{body}\n\n</details>"
 
@@ -361,12 +413,14 @@ def _size(doc: str) -> int:
     return len(doc.encode("utf-8"))
 
 
-def _cut(doc: str, limit: int) -> str:
+def _cut(doc: str, limit: int, size=None, what: str = STEP_WORDS) -> str:
     """A last resort when even the summary without regressions is over the limit (thousands of
     configs): cut at a line, and say so."""
-    note = "\n\n> **Summary cut here:** it reached GitHub's 1 MiB limit; the JSON report has everything.\n"
-    room = limit - _size(note) - 1
-    head = doc.encode("utf-8")[:room].decode("utf-8", errors="ignore")
+    size = size or _size
+    note = f"\n\n> **Summary cut here:** it reached {what}; the JSON report has everything.\n"
+    head = doc
+    while head and size(head) + size(note) >= limit:
+        head = head[: max(len(head) - max(size(head) + size(note) - limit + 1, 1), 0)]
     return head[: head.rfind("\n") + 1] + note
 
 
@@ -396,8 +450,14 @@ def grids(verdicts: Sequence[GridVerdict]) -> list[GridSummary]:
                     settle[name] = found.text() + (f" ({BIASED})" if v.estimate_biased(i) else "")
         texts = {p.id: p.text or "\n".join(f"{m.get('role')}: {m.get('content')}" for m in p.messages) for p in v.cal.prompts}
         out.append(GridSummary(grid_report(v), sentences.verdict_line(v), sentences.header(v), tuple(notes), settle,
-                               texts, file_sha256(v.cal.grid.path)))
+                               texts, file_sha256(v.cal.grid.path), sentences.outcomes_line(v)))
     return out
+
+
+def comment_path(path: str | os.PathLike) -> Path:
+    """Where the comment goes beside the summary: ``redline.md`` -> ``redline.comment.md``."""
+    path = Path(path)
+    return path.with_name(f"{path.stem}.comment{path.suffix or '.md'}")
 
 
 def write(path: str | os.PathLike, verdicts: Sequence[GridVerdict], provenance: Mapping[str, Any], prompts: str = "ids",
@@ -409,9 +469,14 @@ def write(path: str | os.PathLike, verdicts: Sequence[GridVerdict], provenance: 
 
     step = environ.get("GITHUB_STEP_SUMMARY")
     taken = os.path.getsize(step) + 1 if step and os.path.isfile(step) else 0
-    doc = render(grids(verdicts), provenance, prompts, limit=max(LIMIT - taken, MIN_LIMIT))
+    data = grids(verdicts)
+    doc = render(data, provenance, prompts, limit=max(LIMIT - taken, MIN_LIMIT))
     atomic_write(Path(path), doc)
-    notes = [f"Markdown summary: {path} ({_size(doc):,} bytes, prompts: {prompts})"]
+    comment = render_comment(data, provenance, prompts)
+    atomic_write(comment_path(path), comment)
+    notes = [f"Markdown summary: {path} ({_size(doc):,} bytes, prompts: {prompts})",
+             f"Markdown summary as a pull-request comment: {comment_path(path)} ({len(comment):,} characters, "
+             f"marker {marker(data)})"]
     if step:
         try:
             with open(step, "a", encoding="utf-8") as f:

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from pytest_redline.report import text
 from pytest_redline.report.document import interval_gain
-from pytest_redline.report.sentences import header, hint_line, missing_lines, trade_lines, verdict_line
+from pytest_redline.report.sentences import header, hint_line, missing_lines, outcomes_line, trade_lines, verdict_line
 from pytest_redline.spend import Spend
 from pytest_redline.verdict import PROMPTS_LIMIT, GridVerdict
 
@@ -19,6 +19,10 @@ ANSWER_CHARS = 300
 def session_header(labels: Sequence[str], only_grids: bool) -> list[str]:
     """pytest's header lines of a gate run: what is collected, and what the progress marks mean."""
     what = " (only the grids are collected, not testpaths)" if only_grids else ""
+    return [part for line in _header(labels, what) for part in text.wrapped(line)]
+
+
+def _header(labels: Sequence[str], what: str) -> list[str]:
     return [f"redline: gating {', '.join(labels)}{what}",
             "redline marks: . no regression (or the reference's own item); R regressed: the reference answers "
             "correctly and this config does not; s skipped by the schedule (the reference is wrong there, or the "
@@ -35,7 +39,8 @@ def table_lines(v: GridVerdict) -> list[str]:
     gated = v.cal.deploy if v.cal.mode == "gate" else None
     kept = v.on_reference_correct()
     rows = [("", "config", "run", "accuracy", "acc_rc", "V", "risk", "risk_up", "p_value", "p_adj", "valid", "status", "cost", "gain",
-             "d_acc", "note")]
+             "d_acc")]
+    notes = []
     for i, name in enumerate(r.names):
         mark = ("R" if i == r.reference_index else " ") + ("*" if i == v.deployed_index else " ") + (("G" if name == gated else " ") if gated else "")
         bound = {"lower": ">=", "upper": "<="}.get(sched.bounds[i], "") if sched else ""
@@ -45,9 +50,15 @@ def table_lines(v: GridVerdict) -> list[str]:
             mark, name, str(run), f"{r.accuracy[i]:.4f}" if full else "-", f"{kept[i]:.4f}", f"{bound}{int(r.violations[i])}",
             f"{r.risk[i]:.4f}", f"{r.risk_upper[i]:.4f}", text.number(r.p_values[i]), text.number(r.p_adjusted[i]),
             "valid" if r.valid[i] else "NOT valid", v.statuses[i], cost, gain,
-            f"{r.net_accuracy[i]:+.1f}" if full else "-", _note(v, i),
+            f"{r.net_accuracy[i]:+.1f}" if full else "-",
         ))
-    lines = text.table(rows, left=(1, 14))
+        note = _note(v, i)
+        if note:
+            notes.append(f"  {name}: {note}")
+    blocks = text.fitted_table(rows, keys=2, groups=(range(2, 10), range(10, 15)), left=(1, 14))
+    lines = [line for block in blocks for line in block]
+    if notes:
+        lines += ["notes:"] + notes
     lines.append("R reference, * deployed" + (", G gated (deploy: NAME)" if gated else "") + "; run: prompts decoded; "
                  "accuracy, cost, gain, d_acc (accuracy points vs the reference): on all prompts; acc_rc: accuracy on the "
                  "reference-correct prompts" + (" it ran on" if sched else "") + "; risk: V / n (V as in the V column); "
@@ -121,6 +132,31 @@ def _estimate(v: GridVerdict, i: int) -> str:
 
 
 
+def slice_lines(v: GridVerdict) -> list[str]:
+    """Each config's V, accuracy and decoded prompts per slice (:mod:`pytest_redline.slices`):
+    descriptive exact counts, one table per slicing."""
+    from pytest_redline.slices import slicings
+
+    lines = []
+    for slicing in slicings(v):
+        rows = [("config", "slice", "prompts", "decoded", "V", "correct", "accuracy")]
+        for row in slicing.rows:
+            i = v.cal.configs.index(row.config)
+            stopped = bool(v.scheduled and v.scheduled.stops[i])
+            rows.append((row.config, row.slice, str(row.prompts), str(row.decoded),
+                         f"{row.violations}{' (decoded)' if stopped else ''}", str(row.correct),
+                         f"{row.accuracy:.4f}" if row.complete else "-"))
+        lines.append(f"slices by {slicing.by} ({len(slicing.names)}: {', '.join(slicing.names)}): descriptive exact "
+                     "counts, not certificates (the certificate is the grid's; one grid per slice certifies a slice)")
+        blocks = text.fitted_table(rows, keys=2, groups=(range(2, 7),), left=(0, 1))
+        lines += [f"  {line}" for block in blocks for line in block]
+        lines.append("  V: regressions (the reference right, the config wrong) among the slice's decoded prompts; "
+                     "correct of the decoded; accuracy: correct / prompts, '-' where not decoded on every prompt of "
+                     "the slice" + ("; (decoded): a config stopped early, whose grid V is a bound that does not "
+                                    "split: its slices count only what was decoded" if v.scheduled else ""))
+    return lines
+
+
 def schedule_lines(v: GridVerdict) -> list[str]:
     """How the grid was run, and what it spent against the full grid."""
     cal, record = v.cal, v.record
@@ -138,7 +174,7 @@ def schedule_lines(v: GridVerdict) -> list[str]:
     else:
         lines = [f"schedule: {v.how_run}"]
     if v.spend is not None:
-        lines.append(_spend_line(v.spend))
+        lines.append(_spend_line(v.spend, "replayed now" if cal.replayed else "decoded now"))
         if v.spend.config_seconds:
             lines.append(_decode_line(v))
     if v.cal.cost_estimated:
@@ -158,14 +194,14 @@ def _decode_line(v: GridVerdict) -> str:
 
 
 
-def _spend_line(spend: Spend) -> str:
+def _spend_line(spend: Spend, now: str = "decoded now") -> str:
     if spend.forwards is None or spend.naive_forwards is None:
         text = f"spend: {spend.items_run} of {spend.items} items run (forwards unknown)"
     else:
         basis = "exact, from the forwards column" if spend.exact else "the rest estimated at each config's mean"
         text = (f"spend: {spend.forwards:,.0f} forwards on {spend.items_run} of {spend.items} items vs "
                 f"{spend.naive_forwards:,.0f} for the full grid: {spend.ratio:.2f}x ({basis})")
-    text += f"; decoded now: {0 if spend.decoded_forwards is None else spend.decoded_forwards:,.0f} forwards in {spend.decode_seconds:.1f} s"
+    text += f"; {now}: {0 if spend.decoded_forwards is None else spend.decoded_forwards:,.0f} forwards in {spend.decode_seconds:.1f} s"
     if spend.naive_seconds is not None:
         text += f" (full grid ~{spend.naive_seconds:.1f} s)"
     return text
@@ -217,6 +253,15 @@ def _cost_cells(v: GridVerdict, i: int) -> tuple[str, str]:
 
 
 def grid_lines(v: GridVerdict, verbosity: int) -> list[str]:
+    """A grid's terminal summary, every line within :data:`text.WIDTH` columns."""
+    return [part for line in _grid_lines(v, verbosity) for part in text.wrapped(line, indent=_indent(line))]
+
+
+def _indent(line: str) -> str:
+    return " " * (len(line) - len(line.lstrip(" ")) + 4)
+
+
+def _grid_lines(v: GridVerdict, verbosity: int) -> list[str]:
     lines = [header(v)]
     if not v.complete:
         lines += missing_lines(v)
@@ -224,7 +269,8 @@ def grid_lines(v: GridVerdict, verbosity: int) -> list[str]:
         lines.append(v.error)
     else:
         lines += table_lines(v)
-    lines.append(f"outcomes: {v.record.count('store')} reused from the store, {v.record.count('decoded')} decoded")
+        lines += slice_lines(v)
+    lines.append(outcomes_line(v))
     lines += schedule_lines(v)
     lines += regression_lines(v, verbosity)
     hint = hint_line(v)

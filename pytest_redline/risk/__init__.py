@@ -42,6 +42,7 @@ from pytest_redline.risk.certification import (
     certify,
     certify_counts,
     gains,
+    reaches,
     select_deployed,
     sweep,
 )
@@ -85,6 +86,7 @@ __all__ = [
     "exceeds_budget",
     "family_mask",
     "gains",
+    "reaches",
     "holm",
     "holm_adjusted",
     "lower_tail",

@@ -2,8 +2,11 @@
 to deploy (:func:`certify`, :func:`certify_counts`, :func:`sweep`, :func:`alpha_min`)."""
 from __future__ import annotations
 
+import math
+import numbers
 import operator
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any, Sequence
 
 import numpy as np
@@ -158,6 +161,42 @@ def gains(cost: Any, reference: int, lower_is_better: bool, gain_kind: str) -> n
     cost = np.asarray(cost, dtype=float)
     ratio = cost[reference] / cost if lower_is_better else cost / cost[reference]
     return 100.0 * (ratio - 1.0) if gain_kind == "percent" else ratio
+
+
+def reaches(cost: Any, reference: int, lower_is_better: bool, gain_kind: str, min_gain: Any) -> np.ndarray:
+    """Whether each config's gain over the reference is at least ``min_gain``, exactly: every
+    number read as written (a float as the shortest decimal that gives it back, so 16.0 / 6.4
+    is exactly 2.5), then compared in Fractions. A config with no gain (NaN cost, a zero
+    reference) does not reach it.
+
+    >>> reaches([4.5, 2.5], 0, True, "factor", 1.8).tolist()  # the reference gains a factor of 1
+    [False, True]
+    >>> reaches([2.0, 2.5, 2.4], 0, False, "percent", 25).tolist()
+    [False, True, False]
+    """
+    costs = np.asarray(cost, dtype=float).tolist()
+    want, ref = _written(min_gain), costs[reference]
+    out = []
+    for x in costs:
+        top, bottom = (ref, x) if lower_is_better else (x, ref)
+        if math.isnan(top) or math.isnan(bottom) or math.isinf(top) or math.isinf(bottom):
+            with np.errstate(divide="ignore", invalid="ignore"):  # what the float gain says
+                ratio = np.float64(top) / np.float64(bottom)
+            gain = 100 * (ratio - 1) if gain_kind == "percent" else ratio
+            out.append(bool(gain >= float(want)))
+        elif bottom == 0:  # nothing spent against something (an unbounded gain), or 0 / 0 (none)
+            out.append(top > 0)
+        else:
+            ratio = _written(top) / _written(bottom)
+            out.append((100 * (ratio - 1) if gain_kind == "percent" else ratio) >= want)
+    return np.array(out, dtype=bool)
+
+
+def _written(x: Any) -> Fraction:
+    """A number as written: ints and Fractions as they are, a float as ``Fraction(repr(x))``."""
+    if isinstance(x, (Fraction, numbers.Integral)):
+        return Fraction(x)
+    return Fraction(repr(float(x)))
 
 
 def select_deployed(valid: Any, score: Any, reference: int) -> np.ndarray:

@@ -24,7 +24,7 @@ from pytest_redline.risk.certification import (
     _names_and_reference,
     _results,
     alpha_min_of,
-    gains,
+    reaches,
 )
 from pytest_redline.risk.result import RedlineResult
 from pytest_redline.risk.reverse import Reverse, _reverse
@@ -106,8 +106,7 @@ def certify_grid(
         raise ValueError(f"ineligible ({list(ineligible)!r}) must index configs (0 .. {m - 1}).")
     prob = _checked_problem(v, acc, n, cost, reference, delta, names, lower_is_better, gain, correction, "all", None)
     if min_gain is not None:
-        with np.errstate(divide="ignore", invalid="ignore"):
-            enough = gains(prob.cost, reference, prob.lower_is_better, prob.gain_kind) >= min_gain
+        enough = reaches(prob.cost, reference, prob.lower_is_better, prob.gain_kind, min_gain)
         prob = dataclasses.replace(prob, deployable=enough | (np.arange(m) == reference))
     alpha_min = None
     if full is not None:
@@ -120,7 +119,12 @@ def certify_grid(
         prob = dataclasses.replace(prob, deployable=deployable)
     result = _results(prob, np.array([alpha]))[0]
     if choose is not None:
-        d = choose(np.flatnonzero(result.valid & prob.deployable & (np.arange(m) != reference)).tolist())
+        # With min_gain, choose tests it on the exact costs: it gets every valid eligible candidate.
+        allowed = prob.deployable if min_gain is None else np.ones(m, dtype=bool)
+        if len(ineligible):
+            allowed = allowed.copy()
+            allowed[list(ineligible)] = False
+        d = choose(np.flatnonzero(result.valid & allowed & (np.arange(m) != reference)).tolist())
         if d is not None and d != result.deployed_index:
             result = dataclasses.replace(result, deployed_index=d, deployed=names[d])
     return GridCertificate(result, _reverse(counts, n, reference, alpha, prob.delta, prob.correction), alpha_min)

@@ -17,6 +17,7 @@ import pytest_redline.engines.inspect_logs  # noqa: F401  (loaded before pyteste
 import pytest_redline.runs  # noqa: F401
 from pytest_redline.engines.inspect_logs import InspectEngine
 from pytest_redline.engines.recorded import RunError
+from pytest_redline.suites.arithmetic import ArithmeticSuite
 
 pytest_plugins = ["pytester"]
 
@@ -71,15 +72,24 @@ def test_gate_over_inspect_logs(project: Project, logs: dict[str, Path]) -> None
     expected = sum(ref[i] == ["C"] and short[i] == ["I"] for i in ref)
     assert expected > 0
     project.grid(GRID.format(**logs))
-    result = project.run("--redline-alpha=0.2", "--redline-full", "--redline-report=report.json")
+    result = project.run("--redline-alpha=0.2", "--redline-report=report.json")  # no --redline-full: inspect reads all
     assert result.ret == 0, result.stdout.str()
     report = project.report()
     by_name = {c["name"]: c for c in report["configs"]}
+    assert report["schedule"]["mode"].startswith("full: every outcome read")
+    assert all(c["violations_bound"] == "exact" and c["prompts_run"] == recorded_logs.N for c in report["configs"])
     assert report["n"] == recorded_logs.N and report["deployed"] == "ref"  # fast is no cheaper: the reference wins ties
     assert by_name["short"]["violations"] == expected and not by_name["short"]["valid"]
     assert by_name["fast"]["violations"] == 0 and by_name["fast"]["valid"]
     assert by_name["short"]["cost"] < by_name["ref"]["cost"]  # fewer output tokens, per sample, from the log
     assert 0 < by_name["short"]["accuracy"] < 1
+    # slice_by a named Inspect metadata field: the samples' families, whose V add up to short's
+    project.grid(GRID.format(**logs) + "slice_by: family\n")
+    result = project.run("--redline-alpha=0.2", "--redline-full", "--redline-report=report.json")
+    (sliced,) = project.report()["slices"]
+    families = {p.meta["family"] for p in ArithmeticSuite(n=recorded_logs.N).prompts()}
+    assert sliced["by"] == "family" and set(sliced["slices"]) == families and len(families) > 1
+    assert sum(r["violations"] for r in sliced["rows"] if r["config"] == "short") == expected
 
 
 @pytest.mark.slow

@@ -111,13 +111,15 @@ def test_gate_over_lm_eval_runs(project: Project, runs: dict[str, Path]) -> None
     book = EngineBook()
     assert book.identity("lm_eval", ARGS)["fingerprint"] == LmEvalEngine(**ARGS).fingerprint() and not book.built_any
     again = project.run("--redline-alpha=0.2", "--redline-full")
-    again.stdout.fnmatch_lines([f"outcomes: {3 * recorded_logs.N} reused from the store, 0 decoded"])
+    again.stdout.fnmatch_lines([f"outcomes: replayed (lm_eval): 0 read from the recorded outcomes, {3 * recorded_logs.N} "
+                                "reused from the store, none decoded"])
     doc = next(s["doc_id"] for s in samples(runs["short"]) if s["exact_match"] == 0)
     fixed = copy_run(runs, "short", project.path / "fixed",
                      edit=lambda rs: [r.update(exact_match=1.0) for r in rs if r["doc_id"] == doc])
     project.grid(GRID.format(extra="", suite="", **{**runs, "short": fixed}))
     edited = project.run("--redline-alpha=0.2", "--redline-full", "--redline-report=edited.json")
-    edited.stdout.fnmatch_lines([f"outcomes: {2 * recorded_logs.N} reused from the store, {recorded_logs.N} decoded"])
+    edited.stdout.fnmatch_lines([f"outcomes: replayed (lm_eval): {recorded_logs.N} read from the recorded outcomes, "
+                                 f"{2 * recorded_logs.N} reused from the store, none decoded"])
     edited_short = next(c for c in project.report("edited.json")["configs"] if c["name"] == "short")
     ref_right = next(s["exact_match"] == 1 for s in samples(runs["ref"]) if s["doc_id"] == doc)
     assert edited_short["violations"] == short - ref_right
@@ -128,6 +130,20 @@ def test_gate_over_lm_eval_runs(project: Project, runs: dict[str, Path]) -> None
     assert result.ret == 0, result.stdout.str()
     rescored = {c["name"]: c for c in project.report("rescored.json")["configs"]}
     assert rescored["short"]["violations"] == short and rescored["fast"]["violations"] == 0
+
+
+@pytest.mark.slow
+def test_every_outcome_is_read_without_redline_full(project: Project, runs: dict[str, Path]) -> None:
+    """lm_eval declares read_every_outcome: a run without --redline-full reads every log entry (no
+    early stop), so each V is the exact count that lm-eval's samples give, as --redline-full's."""
+    project.grid(GRID.format(extra="", suite="", **runs))
+    result = project.run("--redline-alpha=0.2", "--redline-report=report.json")
+    assert result.ret == 0, result.stdout.str()
+    report = project.report()
+    assert {c["name"]: (c["violations"], c["violations_bound"], c["prompts_run"]) for c in report["configs"]} == {
+        name: (violations(runs, name) if name != "ref" else 0, "exact", recorded_logs.N) for name in ("ref", "fast", "short")}
+    assert report["schedule"]["mode"].startswith("full: every outcome read")
+    result.stdout.fnmatch_lines(["schedule: full: every outcome read (its engine reads recorded outcomes at no cost, so V is exact)"])
 
 
 @pytest.mark.slow

@@ -189,7 +189,7 @@ def test_settled_contenders_show_as_intervals_on_every_output(project: Project) 
     assert slow["cost_interval"] == [pytest.approx(600 / 486), pytest.approx(600 / 459)]  # 3 prompts left: 10 tokens in 1 to 10 forwards
     assert slow["accuracy_on_prompts_run"] == pytest.approx(55 / 57) and slow["prompts_run"] == 57
     page = (project.path / "review.html").read_text()
-    assert "[1.235, 1.307] interval" in page and "[+23.5%, +30.7%] interval" in page and "0.9649 on 57 run" in page
+    assert "[1.235, 1.307] interval" in page and "[+23.5%, +30.7%] interval" in page and "– (55 of the 57 prompts it ran right)" in page
     assert "slow [1.235, 1.307] (beaten for certain by fast)" in page  # the verdict box's cost-intervals fact
     assert 'class="interval"' in page and "slow: gain in [23.5%, 30.7%] (an interval" in page
     summary = (project.path / "summary.md").read_text()

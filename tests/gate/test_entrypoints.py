@@ -105,6 +105,6 @@ def test_third_party_engine_via_entry_points(pytester: pytest.Pytester, tmp_path
     assert result.ret == 0
     assert result.parseoutcomes() == {"passed": 198, "regressed": 2}  # n0 and n50 garbled
     result.stdout.fnmatch_lines([
-        "*fast*0.9800*2*valid*+100.0%*",
+        "*fast*0.9800*2*", "*fast*valid*+100.0%*",  # the table's two blocks
         "*CERTIFIED (echo, gate): fast is certified; deploy fast (+100.0% tpf, -2.0 accuracy points)*",  # no check_config: fine
     ])

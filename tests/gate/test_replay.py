@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from redline_fakes import Project
+from terminal_text import flat, too_wide
 
 pytest_plugins = ["pytester"]
 
@@ -37,6 +38,7 @@ def test_replay_reproduces_published_llada2_math(project: Project) -> None:
     full = project.run("--redline-alpha=0.1", "--redline-full", "--redline-report=full.json")
     assert full.ret == 0
     assert full.parseoutcomes() == {"passed": 6733, "regressed": 351}
+    assert too_wide(full) == []  # every line of the terminal summary within 120 columns
     full.stdout.fnmatch_lines([
         "*CERTIFIED (llada2-math-published, select): deploy acc85/semi70 (+37.5% tpf, -4.0 accuracy points)*",
         "*REDLINE CERTIFIED: 1 grid*",
@@ -46,6 +48,14 @@ def test_replay_reproduces_published_llada2_math(project: Project) -> None:
     deployed = report["configs"][0]
     assert deployed["name"] == "acc85/semi70"
     assert round(deployed["gain"], 1) == 37.5 and round(deployed["net_accuracy_points"], 1) == -4.0
+    # its GSM8K and MATH-500 slices (by the id's prefix, no slice_by: in the grid), whose V add up to the grid's
+    full.stdout.fnmatch_lines(["slices by prefix (2: gsm8k, math500): descriptive exact counts, not certificates*",
+                               "*config*slice*prompts*decoded*V*correct*accuracy",
+                               "*acc85/semi70*gsm8k*512*512*19*465*0.9082", "*acc85/semi70*math500*500*500*54*369*0.7380"])
+    (sliced,) = report["slices"]
+    assert sliced["by"] == "prefix" and sliced["slices"] == ["gsm8k", "math500"]
+    for c in report["configs"]:
+        assert sum(row["violations"] for row in sliced["rows"] if row["config"] == c["name"]) == c["violations"]
 
     scheduled = project.run("--redline-alpha=0.1", "--redline-report=scheduled.json")
     assert scheduled.ret == 0
@@ -58,15 +68,18 @@ def test_replay_reproduces_published_llada2_math(project: Project) -> None:
     assert spend["exact"] and spend["naive_forwards"] == report["spend"]["forwards"]
     assert 0.4 <= spend["ratio"] <= 0.7
     assert one["schedule"]["skipped"]["reference_wrong"] == 6 * 138  # 138 prompts the reference gets wrong
+    assert too_wide(scheduled) == []
     scheduled.stdout.fnmatch_lines(["*spend: * forwards on * of 7084 items vs 1,111,267 for the full grid: 0.6*x (exact*"])
 
     gated = project.run("--redline-alpha=0.05", "--redline-deploy", "acc85/semi70", "--redline-report=gate.json")
-    assert gated.ret == 1
+    assert gated.ret == 1 and too_wide(gated) == []
     gated.stdout.fnmatch_lines([
-        "*acc85/semi70*>=*NOT valid*stopped early: cannot be certified; no n would certify it: risk on all prompts 0.0721 >= alpha*",
-        "NOT CERTIFIED (llada2-math-published, gate): acc85/semi70 is NOT valid at alpha=0.05; deploy acc95/semi90 (the reference)",
+        "*acc85/semi70*>=*", "*acc85/semi70*NOT valid*", "notes:",
+        "  acc85/semi70: stopped early: cannot be certified; no n would certify it: risk on all prompts 0.0721 >= alpha*",
         "*REDLINE NOT CERTIFIED: llada2-math-published (exit status 1)*",
     ])
+    assert ("NOT CERTIFIED (llada2-math-published, gate): acc85/semi70 is NOT valid at alpha=0.05; deploy acc95/semi90 "
+            "(the reference)") in flat(gated)
     assert project.report("gate.json")["certified"] is False
 
 

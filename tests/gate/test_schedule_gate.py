@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from redline_fakes import Project
+from terminal_text import flat
 from tests.risk.test_schedule import random_table
 
 pytest_plugins = ["pytester"]
@@ -40,13 +41,17 @@ def test_skipped_items_show_why(project: Project) -> None:
     early, regressed = report["schedule"]["skipped"]["early_stop"], len(report["regressions"])
     assert result.parseoutcomes() == {"passed": 180 - 2 - early - regressed, "regressed": regressed, "skipped": 2 + early}
     result.stdout.fnmatch_lines([
-        "R   ref*60*0.9667*1.0000*valid*", " [*]  fast*60*0.9833*0.9828*1*valid*2*+100.0%*+1.7*",
-        "    rash*8*-*0.6250*>=3*NOT valid*-*-*-*stopped early: cannot be certified; acc_rc and its risk estimate are biased*",
-        "*-: not decoded on every prompt (stopped early or skipped where the reference is wrong), so not comparable*",
-        f"*schedule: reference first, candidates in a seeded order (seed 0), batches where earlier candidates regressed "
-        f"first; skipped 2 items where the reference is "
-        f"wrong and {early} after early stops (1 cannot be certified, 0 certain to pass)",
-        "*spend: 916 forwards on 128 of 180 items vs 1,020 for the full grid: 0.90x (the rest estimated at each config's mean)*",
+        "R   ref*60*0.9667*1.0000*", " [*]  fast*60*0.9833*0.9828*1*", "    rash*8*-*0.6250*>=3*",
+        "R   ref*valid*", " [*]  fast*valid*2*+100.0%*+1.7", "    rash*NOT valid*-*-*-",
+        "  rash: stopped early: cannot be certified; acc_rc and its risk estimate are biased*",
+    ])
+    text = flat(result)
+    assert "-: not decoded on every prompt (stopped early or skipped where the reference is wrong), so not comparable" in text
+    assert (f"schedule: reference first, candidates in a seeded order (seed 0), batches where earlier candidates regressed "
+            f"first; skipped 2 items where the reference is wrong and {early} after early stops (1 cannot be certified, "
+            "0 certain to pass)") in text
+    assert "spend: 916 forwards on 128 of 180 items vs 1,020 for the full grid: 0.90x (the rest estimated at each config's mean)" in text
+    result.stdout.fnmatch_lines([
         "CERTIFIED (fake-grid, select): deploy fast (+100.0% tpf, +1.7 accuracy points)",
         f"SKIPPED [[]{early}[]] *: redline: early stop, verdict already decided (cannot be certified)",
         "SKIPPED [[]2[]] *: redline: reference wrong on this prompt",
@@ -185,7 +190,7 @@ def test_prompts_needed_over_limit_said_not_computed(project: Project) -> None:
     project.grid(suite_args="{n: 200}", configs=f"{{ref: {{}}, near: {{forwards: 5, wrong: [{wrong}]}}}}", deploy="near")
     result = project.run(ALPHA, "--redline-full", "--redline-report=report.json")
     assert result.ret == 1
-    result.stdout.fnmatch_lines(["*near*NOT valid*over 20000 prompts would be needed to certify it at risk 0.0950"])
+    result.stdout.fnmatch_lines(["*near*NOT valid*", "  near: over 20000 prompts would be needed to certify it at risk 0.0950"])
     near = by_name(project.report())["near"]
     assert (near["prompts_needed"], near["prompts_needed_over"]) == (None, 20000)
 

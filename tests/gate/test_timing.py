@@ -11,6 +11,7 @@ import re
 
 import pytest
 from redline_fakes import GRID, Project
+from terminal_text import flat
 
 pytest_plugins = ["pytester"]
 
@@ -36,8 +37,8 @@ def test_at_least_engine_sleep_decode_seconds(project: Project) -> None:
     for name, count in calls.items():
         assert count * DELAY <= seconds[name] < count * DELAY + 5.0
     assert sum(seconds.values()) == pytest.approx(report["spend"]["decode_seconds"], abs=0.01)
-    line = next(line for line in result.outlines if line.startswith("decoding per config:"))
-    assert re.fullmatch(r"decoding per config: ref \d+\.\d s, fast \d+\.\d s, rash \d+\.\d s \(.*\)", line)
+    assert re.search(r"decoding per config: ref \d+\.\d s, fast \d+\.\d s, rash \d+\.\d s \(pytest's durations charge it",
+                     flat(result))  # the line wraps at 120 columns
     # pytest charges all of a config's decoding to the setup of its first item.
     durations = "\n".join(result.outlines)
     first = re.search(r"([\d.]+)s setup\s+redline\.yaml::fast::q0", durations)

@@ -48,7 +48,7 @@ def expect_usage_error(project: Project, result: pytest.RunResult, *patterns: st
                      "*redline.yaml: deploy: expected 'fastest' or one of the configs (ref, fast, rash), got 'nope'",
                      id="deploy"),
         pytest.param(GRID, {"suite_args": "{n: 10}"},
-                     "*redline.yaml: suite: expected at least 33 prompts: with n=10 no config can pass at alpha=0.1, "
+                     "*redline.yaml: suite: expected at least 33 prompts: with n=10 no config can pass at alpha=0.1 (--redline-alpha), "
                      "delta=0.1 and m=3 configs*", id="n-too-small"),
         pytest.param(GRID, {"batch_size": "0"}, "*redline.yaml: batch_size: expected an integer >= 1, got 0 (int)",
                      id="batch-size"),

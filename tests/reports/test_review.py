@@ -15,6 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from pytest_redline.report.charts import Box
+from tests.reports.test_review_charts import check_each_label_names_its_own_point
+
 # Imported out here: pytester's in-process runs drop the modules they import, and numpy's and
 # torch's C extensions cannot load twice (redline_fakes imports the gate's own).
 import redline_fakes  # noqa: F401
@@ -112,6 +115,10 @@ def _open(path: Path, shot: str, tmp_path: Path) -> dict:
             seen["labels"] = page.eval_on_selector_all(  # each chart's point labels, as Chromium laid out their text
                 "svg", "svgs => svgs.map(s => [s.viewBox.baseVal.width, s.viewBox.baseVal.height, Array.from("
                 "s.querySelectorAll('text.pt')).map(t => {const b = t.getBBox(); return [t.textContent, b.x, b.y, b.width, b.height]})])")
+            seen["dots"] = page.eval_on_selector_all(  # each chart's points (name, centre) and its leader lines' starts
+                "svg", "svgs => svgs.map(s => [Array.from(s.querySelectorAll('circle.dot')).map(c => [c.querySelector("
+                "'title').textContent.split(': ')[0], c.cx.baseVal.value, c.cy.baseVal.value]), Array.from("
+                "s.querySelectorAll('line.leader')).map(l => [l.x1.baseVal.value, l.y1.baseVal.value])])")
             page.click("table.configs th[data-col='2']")  # sorting runs without an error
             page.select_option("select.rx-config", index=1)  # so does the filter
             page.eval_on_selector_all("details.rx-group", "els => els.forEach(g => g.open = true)")
@@ -128,6 +135,9 @@ def _check_page(seen: dict, report: dict, live: bool) -> None:
     assert seen["errors"] == []
     for width, height, labels in seen["labels"]:  # no label overlaps another or leaves the figure
         assert all(x >= 0 and y >= 0 and x + w <= width and y + h <= height for _, x, y, w, h in labels), labels
+    for (_, _, labels), (dots, leads) in zip(seen["labels"], seen["dots"]):  # each label nearest its own point, or led
+        boxes = [(name, Box(x, y, x + w, y + h)) for name, x, y, w, h in labels]
+        check_each_label_names_its_own_point(boxes, {name: (x, y) for name, x, y in dots}, {(x, y) for x, y in leads})
         for i, (a, ax, ay, aw, ah) in enumerate(labels):
             for b, bx, by, bw, bh in labels[i + 1:]:
                 assert ax + aw <= bx or bx + bw <= ax or ay + ah <= by or by + bh <= ay, (a, b)

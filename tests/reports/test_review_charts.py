@@ -4,6 +4,7 @@ figure, checked geometrically with the boxes matplotlib's renderer gives the lab
 (DejaVu Sans, the sans-serif Chromium uses here) at the positions the layout chose."""
 from __future__ import annotations
 
+import html
 import re
 
 import pytest
@@ -16,6 +17,11 @@ from pytest_redline.report.charts import Box
 PUBLISHED = [("acc85/semi70", 37.5, 0.0837), ("acc85/semi90", 32.9, 0.0868), ("acc90/semi70", 24.0, 0.0858),
              ("acc90/semi90", 17.4, 0.0889), ("acc95/semi70", 3.9, 0.0879), ("acc95/semi90", 0.0, 0.0023),
              ("acc99/semi90", -25.3, 0.0753)]
+# The embedded grid (redline.yaml) at alpha 0.1, scheduled (the configs stopped early have no gain):
+# the deployed acc70/semi70's bold label once sat over the acc80/semi70 dot, with no leader line.
+EMBEDDED_GRID = [("acc95/semi90", 0.0, 0.0045), ("acc95/semi70", 0.59, 0.0229), ("acc90/semi90", 4.53, 0.0322),
+                 ("acc90/semi70", 5.03, 0.0436), ("acc80/semi90", 8.93, 0.0547), ("acc80/semi70", 9.27, 0.0612),
+                 ("acc70/semi90", 12.15, 0.0807), ("acc70/semi70", 12.43, 0.0849)]
 CROWDED = [(f"cc{80 + k}/semi{90 - k}", 1.0 + 0.2 * k, 0.05 + 0.001 * k) for k in range(12)]  # one clump
 
 
@@ -32,9 +38,11 @@ def _text_boxes(svg: str) -> list[tuple[str, Box]]:
     fig = Figure(figsize=(rc.W / 72, rc.H / 72), dpi=72)
     canvas = FigureCanvasAgg(fig)
     texts = []
-    for x, y, cls, name in re.findall(r'<text x="([\d.]+)" y="([\d.]+)" class="(pt(?: deployed)?)">([^<]*)</text>', svg):
+    for x, y, cls, end, name in re.findall(
+            r'<text x="([\d.]+)" y="([\d.]+)" class="(pt(?: deployed)?)"( text-anchor="end")?>([^<]*)</text>', svg):
         t = fig.text(float(x) / rc.W, 1 - float(y) / rc.H, name.replace("&#x27;", "'"), fontsize=rc.LABEL_PX,
-                     family="DejaVu Sans", weight="bold" if "deployed" in cls else "normal", va="baseline")
+                     family="DejaVu Sans", weight="bold" if "deployed" in cls else "normal", va="baseline",
+                     ha="right" if end else "left")
         texts.append((name, t))
     renderer = canvas.get_renderer()
     out = []
@@ -96,7 +104,7 @@ def test_the_deployed_point_is_ringed_and_its_label_bold():
     svg = _chart(PUBLISHED, "acc85/semi70")
     assert svg.count('class="ring"') == 1
     assert re.search(r'class="dot ok deployed"><title>acc85/semi70: [^<]*\(deployed\)</title>', svg)
-    assert re.search(r'class="pt deployed">acc85/semi70 \(deployed\)</text>', svg)
+    assert re.search(r'class="pt deployed"( text-anchor="end")?>acc85/semi70 \(deployed\)</text>', svg)
 
 
 @pytest.mark.slow  # renders the labels with matplotlib
@@ -122,3 +130,34 @@ def test_settled_contenders_are_bars_across_their_gain_interval():
         for bx0, by, bx1 in ((x0, y0, x1), (u0, v0, u1)):
             assert not box.meets(Box(bx0, by - 1, bx1, by + 1)), (name, box)
     assert "A bar" not in _chart(PUBLISHED, "acc85/semi70")  # no interval, no caption for one
+
+
+def own_dots(svg: str) -> dict[str, tuple[float, float]]:
+    """Each point's centre by the name in its tooltip."""
+    return {html.unescape(name): (float(x), float(y)) for x, y, name in
+            re.findall(r'<circle cx="([\d.]+)" cy="([\d.]+)" r="[\d.]+" class="dot[^"]*"><title>([^<]*?): ', svg)}
+
+
+def leaders(svg: str) -> set[tuple[float, float]]:
+    """The points that a leader line starts from."""
+    return {(float(x), float(y)) for x, y in re.findall(r'<line x1="([\d.]+)" y1="([\d.]+)" x2="[\d.]+" y2="[\d.]+" class="leader"/>', svg)}
+
+
+def check_each_label_names_its_own_point(boxes, dots, leads) -> None:
+    """Each label's nearest point, measured to its rendered box, is its own; or a leader line joins them."""
+    for label, box in boxes:
+        name = html.unescape(label).removesuffix(" (deployed)")
+        own = dots[name]
+        if own in leads:
+            continue
+        distance = {other: rc.box_distance(box, *xy) for other, xy in dots.items()}
+        nearest = min(distance, key=distance.get)
+        assert nearest == name, (name, box, f"nearest dot is {nearest}'s", distance[nearest], distance[name])
+
+
+@pytest.mark.parametrize("points, deployed", [(PUBLISHED, "acc85/semi70"), (CROWDED, "cc85/semi85"),
+                                              (PUBLISHED + CROWDED, "acc85/semi70"), (EMBEDDED_GRID, "acc70/semi70")])
+@pytest.mark.slow  # renders charts with matplotlib: about 1 s CPU
+def test_each_label_rendered_by_matplotlib_is_nearest_its_own_point_or_has_a_leader(points, deployed):
+    svg = _chart(points, deployed)
+    check_each_label_names_its_own_point(_text_boxes(svg), own_dots(svg), leaders(svg))

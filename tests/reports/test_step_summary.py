@@ -194,7 +194,7 @@ def test_regressions_are_cut_first_and_counted(verdict):
     limit = len(whole.encode()) // 2
     doc = step_summary.render([grid], PROVENANCE, limit=limit)
     total = len(grid.report["regressions"])
-    shown = sum(len(d["tables"][0]) - 1 for d in Page(html_of(doc)).details if d["tables"])
+    shown = sum(len(d["tables"][0]) - 1 for d in Page(html_of(doc)).details if d["tables"] and "regression" in d["summary"])
     assert len(doc.encode()) < limit and 0 < shown < total
     assert f"{total - shown} of {total} regressions left out" in doc
     blocks = [d for d in Page(html_of(doc)).details if "regression" in d["summary"]]
@@ -266,7 +266,7 @@ def test_the_gate_writes_the_summary_and_appends_to_the_step_summary(pytester, m
     result = run_gate(pytester, "--redline-alpha=0.2", "--redline-grid=small.yaml", "--redline-markdown=out/summary.md",
                       "--redline-markdown-prompts=none")
     doc = (pytester.path / "out" / "summary.md").read_text()
-    assert result.ret == 0 and doc.startswith("## ✅ REDLINE CERTIFIED: small")
+    assert result.ret == 0 and doc.startswith("<!-- redline: small -->\n## ✅ REDLINE CERTIFIED: small")
     assert step.read_text() == "# earlier step output\n\n" + doc  # appended, not overwritten
     result.stdout.fnmatch_lines([f"Markdown summary: *summary.md ({len(doc.encode()):,} bytes, prompts: none)",
                                  "Markdown summary appended to $GITHUB_STEP_SUMMARY*"])
@@ -282,7 +282,7 @@ def test_a_partial_run_writes_a_partial_summary(pytester, monkeypatch):
     result = run_gate(pytester, "--redline-alpha=0.2", "--redline-grid=small.yaml", "--redline-markdown=summary.md",
                       "-k", "not gsm8k/17")
     doc = (pytester.path / "summary.md").read_text()
-    assert result.ret == 1 and doc.startswith("## ⚠️ REDLINE PARTIAL: small")
+    assert result.ret == 1 and doc.startswith("<!-- redline: small -->\n## ⚠️ REDLINE PARTIAL: small")
     assert "PARTIAL RUN: 2 of 120 items produced no outcome, so nothing is certified" in doc
     assert "| config |" not in doc  # no table: nothing was certified
 
@@ -315,6 +315,7 @@ def test_the_ci_pages_workflow_writes_the_summary_and_uploads_the_page_and_the_j
     (upload,) = [s for s in steps if s.get("uses", "").startswith("actions/upload-artifact")]
     assert upload["if"] == "always()"
     written = {flags[f] for f in ("--redline-html", "--junitxml", "--redline-markdown", "--redline-report")}
+    written.add(str(step_summary.comment_path(flags["--redline-markdown"])))  # the pull-request comment beside it
     assert set(upload["with"]["path"].split()) == written
 
 
@@ -324,4 +325,4 @@ def test_an_earlier_writer_in_the_step_takes_its_share_of_the_limit(verdict, tmp
     notes = step_summary.write(tmp_path / "summary.md", [verdict], PROVENANCE, "full", {"GITHUB_STEP_SUMMARY": str(step)})
     doc = (tmp_path / "summary.md").read_text()
     assert step.stat().st_size < step_summary.LIMIT and step.read_text().endswith("\n\n" + doc)
-    assert "regressions left out" in doc and notes[1].startswith("Markdown summary appended to $GITHUB_STEP_SUMMARY")
+    assert "regressions left out" in doc and notes[-1].startswith("Markdown summary appended to $GITHUB_STEP_SUMMARY")

@@ -43,7 +43,7 @@ def offline(patch: pytest.MonkeyPatch) -> None:
 
 
 def problems(n: int = N) -> list[dict]:
-    return [{"question": p.text, "answer": str(p.meta["answer"]), "solution": p.meta["solution"]}
+    return [{"question": p.text, "answer": str(p.meta["answer"]), "solution": p.meta["solution"], "family": p.meta["family"]}
             for p in ArithmeticSuite(n=n).prompts()]
 
 
@@ -114,6 +114,43 @@ def run_lm_eval(root: Path, patch: pytest.MonkeyPatch) -> dict[str, Path]:
     return folders
 
 
+GROUP_SETTINGS = {"ref": 128, "short": 24}  # max_gen_toks of the two-task runs
+GROUP_DOCS = {"arith": 12, "gsm8k_local": 4}  # documents of each of the two tasks
+
+
+def run_lm_eval_two_tasks(root: Path, patch: pytest.MonkeyPatch) -> dict[str, Path]:
+    """One ``--output_path`` folder per setting of :data:`GROUP_SETTINGS`, each one lm-eval run of
+    two local tasks together (as a task group writes one samples file per subtask): ``arith``
+    (arithmetic problems) and ``gsm8k_local`` (the gsm8k suite's first problems), as many as
+    :data:`GROUP_DOCS` says."""
+    offline(patch)
+    import lm_eval
+    from lm_eval.loggers import EvaluationTracker
+    from lm_eval.models.huggingface import HFLM
+    from lm_eval.tasks import TaskManager
+
+    arith = lm_eval_task(write_jsonl(root / "arith.jsonl", [{k: r[k] for k in ("question", "answer")}
+                                                                  for r in problems(GROUP_DOCS["arith"])]))
+    first = GSM8K_DATA.read_text().splitlines()[:GROUP_DOCS["gsm8k_local"]]
+    (root / "gsm8k8.jsonl").write_text("".join(line + "\n" for line in first))
+    gsm8k = {**lm_eval_task(root / "gsm8k8.jsonl", "gsm8k_local"), "doc_to_text": "Question: {{question}}\nAnswer:",
+             "doc_to_target": "{{answer.split('####')[-1].strip()}}"}
+    model = HFLM(pretrained=str(AR_TARGET), dtype="float32", device="cpu", batch_size=N)
+    manager = TaskManager(include_defaults=False)
+    folders = {}
+    for name, tokens in GROUP_SETTINGS.items():
+        folders[name] = root / name
+        tracker = EvaluationTracker(output_path=str(folders[name]))
+        results = lm_eval.simple_evaluate(model=model, tasks=[arith, gsm8k], log_samples=True, evaluation_tracker=tracker,
+                                          gen_kwargs=f"max_gen_toks={tokens}", task_manager=manager, random_seed=0,
+                                          numpy_random_seed=0, torch_random_seed=0)
+        samples = results.pop("samples")
+        tracker.save_results_aggregated(results=results, samples=samples)
+        for task_name in results["configs"]:
+            tracker.save_results_samples(task_name=task_name, samples=samples[task_name])
+    return folders
+
+
 def run_inspect(root: Path, patch: pytest.MonkeyPatch) -> dict[str, Path]:
     """One eval log per config: ref, fast (the same answers), short (answers cut at 24
     characters), changed (one input changed), epochs (3 epochs, answers varying), errored (one
@@ -171,7 +208,8 @@ def run_inspect(root: Path, patch: pytest.MonkeyPatch) -> dict[str, Path]:
     }
     logs = {}
     for name, (data, limit, options, crash) in settings.items():
-        dataset = [Sample(id=f"a{i}", input=r["question"], target=r["answer"]) for i, r in enumerate(data)]
+        dataset = [Sample(id=f"a{i}", input=r["question"], target=r["answer"], metadata={"family": r["family"]})
+                   for i, r in enumerate(data)]
         solvers = ([crash_on(crash)] if crash else []) + [generate()]
         scorers = [match(location="end")] + (kinds if name == "ref" else [])
         task = Task(dataset=dataset, solver=solvers, scorer=scorers, name="arith")
