@@ -41,7 +41,7 @@ from pathlib import Path
 import torch
 from transformers import PreTrainedModel
 
-from pytest_redline.batchrun import paused_gc
+from pytest_redline.decode.batchrun import paused_gc
 from pytest_redline.engines import autoregressive, runtime
 from pytest_redline.engines.runtime import AR_DRAFT, AR_TARGET
 from pytest_redline.suites.arithmetic import ArithmeticSuite

@@ -43,7 +43,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def load(args):
     """(grid, calibration, {config: engine}) with device and dtype overridden on every config."""
     from pytest_redline.calibration import Level, prepare
-    from pytest_redline.enginebook import EngineBook
+    from pytest_redline.decode.enginebook import EngineBook
     from pytest_redline.grid import load_grid
 
     grid = load_grid(args.grid)

@@ -25,7 +25,7 @@ def gate_setup(description: str, default_grid: str):
     import torch
 
     from pytest_redline.calibration import Level, prepare
-    from pytest_redline.enginebook import EngineBook
+    from pytest_redline.decode.enginebook import EngineBook
     from pytest_redline.grid import load_grid
 
     parser = argparse.ArgumentParser(description=description)

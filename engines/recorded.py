@@ -124,6 +124,7 @@ class RecordedRuns:
     and :meth:`match` when a suite's prompts can be checked against their documents."""
 
     name = ""
+    batch_invariant = True  # one recorded answer per prompt, whatever the batch
     what = "prompts"  # how the log names its units, for messages ("docs", "samples")
     read_every_outcome = True  # reading a logged outcome costs nothing: no schedule, every V exact (contracts.py)
 

@@ -25,6 +25,7 @@ from pytest_redline.outcomes import OutcomeTable
 
 class ReplayEngine:
     name = "replay"
+    batch_invariant = True  # one recorded answer per prompt, whatever the batch
 
     def __init__(self, outcomes: str) -> None:
         self.path = Path(outcomes)

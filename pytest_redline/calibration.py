@@ -20,7 +20,7 @@ from typing import Any, Literal, Mapping
 
 from pytest_redline import contracts, registry, runs
 from pytest_redline.contracts import ConfigError, EngineFactory, Prompt, Suite
-from pytest_redline.enginebook import EngineBook
+from pytest_redline.decode.enginebook import EngineBook
 from pytest_redline.grid import FASTEST, Grid
 
 Mode = Literal["all", "select", "gate"]  # what a grid's deploy key asks (docs/contributing/architecture.md, Glossary)

@@ -9,7 +9,8 @@ library, so an engine's model-free spec or a suite costs no start-up time by imp
 - **Values**: :class:`Prompt` (what a suite asks), :class:`Generation` (what an engine answers),
   :class:`Judgement` (what a suite decides), the finish reasons (:data:`FINISH_REASONS`) and
   :func:`cut_at_stop`, which engines and scorers both use to end a text at a stop string, and
-  :class:`ConfigError`, a bad config parameter whose fields the gate reads.
+  :class:`ConfigError`, a bad config parameter whose fields the gate reads, and
+  :class:`PartialBatch`, a batch whose answers were only partly received.
 - **Protocols** (:class:`typing.Protocol`): :class:`Engine` and the engine class an entry point
   names (:class:`EngineFactory`), :class:`Recorded` (an engine that brings its own prompts and
   configs), :class:`Suite` and its richer scoring call (:class:`Judged`, dispatched by
@@ -109,6 +110,19 @@ class ConfigError(ValueError):
         return type(self), (self.key, self.message, self.known)
 
 
+class PartialBatch(RuntimeError):
+    """Raised by ``Engine.generate`` when some prompts of a batch got no answer: ``generations``
+    holds the answers received (by the prompt's index in the batch), ``errors`` why each other
+    prompt has none. The gate stores every answer received and makes each error an item error."""
+
+    def __init__(self, message: str, generations: Mapping[int, Generation], errors: Mapping[int, BaseException]) -> None:
+        super().__init__(message)
+        self.generations, self.errors = dict(generations), dict(errors)
+
+    def __reduce__(self):
+        return type(self), (str(self), self.generations, self.errors)
+
+
 @runtime_checkable
 class Engine(Protocol):
     """A built engine: one per session and ``(engine, engine_args)``; the model loads when it is built.
@@ -123,6 +137,16 @@ class Engine(Protocol):
       versions...), entered into the outcome key; without it the attributes ``device``,
       ``dtype``, ``torch_version`` and ``seed`` that it has.
     - ``prompts()`` and ``configs()``: see :class:`Recorded`.
+    - ``io_bound: bool`` (a class attribute; False when absent): its requests wait on something
+      else (an HTTP server), so the decode stage keeps many in flight. Such an engine also has
+      ``async complete(prompt, config) -> Generation``, one request, cancellation-safe (a
+      cancelled request closes its connection), raising when the prompt fails for good.
+    - ``batch_invariant: bool`` (a class attribute; False when absent): the gate's batch cannot
+      change an answer (a server forms its own batches; a recorded log holds one answer per
+      prompt), so the outcome key holds no batch membership and each answer is stored as it
+      arrives. Batched in-process decoding with padding is not batch-invariant.
+    - ``generate`` may raise :class:`PartialBatch` to hand over the answers it has when some
+      prompts failed.
     """
 
     name: str

@@ -1,6 +1,6 @@
 """The outcome store's keys: what an outcome depends on, by identity, never by place.
 
-A key is the SHA-256 (:func:`~pytest_redline.store.content_key`) of these fields:
+A key is the SHA-256 (:func:`~pytest_redline.decode.store.content_key`) of these fields:
 
 - ``decode_format``: :data:`DECODE_FORMAT`, the version of what a decode of the same inputs gives;
 - ``engine``: the engine's entry-point name, its ``engine_args`` (those its class keys), its
@@ -10,7 +10,8 @@ A key is the SHA-256 (:func:`~pytest_redline.store.content_key`) of these fields
   not its class's module, and not its scoring version, so that a new scoring re-scores stored
   texts and decodes nothing;
 - ``batch``: the batch size and the ids of the batch's prompts (batched decoding can change an
-  answer in its last bits);
+  answer in its last bits); absent for an engine that declares ``batch_invariant`` (an HTTP
+  server forms its own batches; a recorded log holds one answer per prompt);
 - ``prompt``: the prompt's id, text, chat messages and metadata; ``stop``: its stop strings and
   whether the engine honours them.
 
@@ -33,11 +34,11 @@ from pytest_redline.content import ContentHashes, content_identity
 from pytest_redline.contracts import Prompt
 from pytest_redline.grid import INPUT_PATH_KEYS
 from pytest_redline.scoring import engine_prompts, stop_identity
-from pytest_redline.store import content_key
+from pytest_redline.decode.store import content_key
 
 if TYPE_CHECKING:
     from pytest_redline.calibration import Calibration
-    from pytest_redline.enginebook import EngineBook
+    from pytest_redline.decode.enginebook import EngineBook
 
 # Changes only when a release can change an answer that no other field of the key captures (how
 # prompts reach the engines, how batches form, how a generation becomes an outcome). A release
@@ -94,13 +95,29 @@ class OutcomeKeys:
         self._engine: dict[str, dict[str, Any]] = {}
         self._params: dict[str, Any] = {}
         self._suite: dict[str, Any] | None = None
+        self._invariant: dict[str, bool] = {}
 
-    def current(self, config: str, prompts: Sequence[Prompt]) -> list[str]:
-        """The keys of a batch (its prompts in order) in the newest format, ``identity``."""
+    def current(self, config: str, prompts: Sequence[Prompt], batched: bool | None = None) -> list[str]:
+        """The keys of a batch (its prompts in order) in the newest format, ``identity``: without
+        the ``batch`` field for a batch-invariant engine (``batched``: force it in or out)."""
         cal = self.cal
         shared = {"decode_format": DECODE_FORMAT, "engine": self._engine_identity(config),
                   "params": self._config_params(config), "suite": self._suite_identity(), "batch": self._batch(prompts)}
+        if not (batched if batched is not None else not self.batch_invariant(config)):
+            del shared["batch"]  # the gate's batch cannot change this engine's answers
         return [content_key({**shared, "prompt": prompt_identity(p), "stop": stop_identity(cal, p)}) for p in prompts]
+
+    def batch_invariant(self, config: str) -> bool:
+        """Whether the config's engine declares that the gate's batch cannot change an answer."""
+        from pytest_redline import registry
+
+        if config not in self._invariant:
+            try:
+                factory = registry.factory(registry.ENGINES, self.cal.engines[config][0])
+            except Exception:  # reported where the engine is built
+                factory = None
+            self._invariant[config] = bool(getattr(factory, "batch_invariant", False))
+        return self._invariant[config]
 
     def older(self, config: str, prompts: Sequence[Prompt]) -> list[list[str | None]]:
         """A batch's keys in each older format of :data:`FORMATS`, in order; None where a format
@@ -110,6 +127,9 @@ class OutcomeKeys:
           and ``package: 0.1.0`` instead of the decode format;
         - ``pre-stop``: as ``place``, with the suite's version in the key and no stop strings;
           only for prompts that the engine gets without stop strings, as then.
+
+        A batch-invariant engine's list starts with its ``identity`` keys with the ``batch``
+        field, as they were before it declared itself batch-invariant.
         """
         cal = self.cal
         shared = {"engine": self.engines.identity(*cal.engines[config]), "params": cal.params[config],
@@ -121,6 +141,8 @@ class OutcomeKeys:
         versioned = None if suite is None else {**suite, "version": str(getattr(cal.suite, "version", ""))}
         pre_stop = [None if stop else content_key({**shared, "suite": versioned, "prompt": prompt_identity(p)})
                     for p, stop in zip(prompts, [p.stop for p in engine_prompts(cal, list(prompts))])]
+        if self.batch_invariant(config):  # its outcomes were keyed by their batch before: found when it forms again
+            return [self.current(config, prompts, batched=True), place, pre_stop]
         return [place, pre_stop]
 
     def chain(self, config: str, prompts: Sequence[Prompt]) -> list[list[str | None]]:

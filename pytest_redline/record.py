@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, NamedTuple
 if TYPE_CHECKING:  # annotations only: record.py imports no module of the gate
     import pytest
 
-    from pytest_redline.store import StoredOutcome
+    from pytest_redline.decode.store import StoredOutcome
 
 #: How each property is read back from a report (values are builtins there).
 _READ = {
@@ -89,7 +89,7 @@ class ItemRecord:
         return self.correct is not None
 
     def with_outcome(self, outcome: StoredOutcome, source: str, **fields: Any) -> "ItemRecord":
-        """This record with a decoded or stored outcome (a :class:`~pytest_redline.store.StoredOutcome`)
+        """This record with a decoded or stored outcome (a :class:`~pytest_redline.decode.store.StoredOutcome`)
         and any other ``fields`` set, in one copy."""
         return dataclasses.replace(
             self,

@@ -18,7 +18,7 @@ import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from pytest_redline.contracts import FINISH_REASONS, Generation, Prompt, Suite, judge
-from pytest_redline.store import StoredOutcome
+from pytest_redline.decode.store import StoredOutcome
 
 if TYPE_CHECKING:  # annotations only: scoring needs no calibration at run time
     from pytest_redline.calibration import Calibration

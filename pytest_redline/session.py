@@ -19,13 +19,13 @@ import pytest
 
 from pytest_redline.calibration import Calibration, Level, prepare
 from pytest_redline.decode import DecodeError, Decoder
-from pytest_redline.enginebook import EngineBook
+from pytest_redline.decode.enginebook import EngineBook
 from pytest_redline.grid import GridError, load_grid
 from pytest_redline.ledger import Ledger
 from pytest_redline.options import DEFAULT_GRID, GateOptions, check_spaced_paths
 from pytest_redline.record import PromptKey
+from pytest_redline.decode.store import OutcomeStore, StoreError
 from pytest_redline.servers import ServerPool
-from pytest_redline.store import OutcomeStore, StoreError
 from pytest_redline.verdict import GridVerdict, decide
 
 GRID_SUFFIXES = (".yaml", ".yml")
@@ -118,6 +118,9 @@ class Gate:
             self.engines.servers.close()
 
     def close(self) -> None:
+        from pytest_redline.decode import pipeline
+
+        pipeline.shutdown()  # the endpoints' connections, before their servers stop
         self.stop_servers()
         self.store.close()
         if self.temp_dir is not None:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 if TYPE_CHECKING:
     from pytest_redline.calibration import Calibration
-    from pytest_redline.enginebook import EngineBook
+    from pytest_redline.decode.enginebook import EngineBook
 
 
 def atomic_write(path: Path, text: str) -> None:
@@ -61,7 +61,7 @@ def provenance(command: Sequence[str], calibrations: Sequence[Calibration], engi
     import platform
     import shlex
 
-    from pytest_redline.store import content_key
+    from pytest_redline.decode.store import content_key
 
     versions = {}
     for package in ("pytest-redline", "torch", "transformers", "bitsandbytes", "pytest"):

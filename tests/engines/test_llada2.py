@@ -93,7 +93,7 @@ def test_model_free_checks_pass_paper_grid_published_folder(tmp_path):
     """grids/llada2_math.yaml against LLaDA2.0-mini's published config and tokenizer ids, with
     every published tensor's header (sparse shards): the gate's whole preparation passes."""
     from pytest_redline.calibration import Level, prepare
-    from pytest_redline.enginebook import EngineBook
+    from pytest_redline.decode.enginebook import EngineBook
     from pytest_redline.grid import parse_grid
 
     folder = peers.builder().llada2_published(tmp_path / "LLaDA2.0-mini")

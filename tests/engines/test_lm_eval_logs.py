@@ -19,7 +19,7 @@ from redline_fakes import Project
 
 import pytest_redline.engines.lm_eval_logs  # noqa: F401  (loaded before pytester's in-process runs)
 import pytest_redline.runs  # noqa: F401
-from pytest_redline.enginebook import EngineBook
+from pytest_redline.decode.enginebook import EngineBook
 from pytest_redline.engines.lm_eval_logs import LmEvalEngine
 from pytest_redline.engines.recorded import RunError
 from pytest_redline.suites.arithmetic import ArithmeticSuite

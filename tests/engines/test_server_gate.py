@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("openai", reason="the endpoint extra is not installed: pip install -e '.[endpoint]'")
+pytest.importorskip("aiohttp", reason="the endpoint extra is not installed: pip install -e '.[endpoint]'")
 
 # Imported out here: pytester's in-process runs drop the modules they import, and numpy's
 # and torch's C extensions cannot load twice (redline_fakes imports the gate's own).
@@ -41,7 +41,7 @@ def _fake_grid(folder: Path) -> Path:
     answers = {p.prompt: p.solution for p in ArithmeticSuite(split="calibration", n=N, seed=0).problems()}
     (folder / "answers.json").write_text(json.dumps(answers))
     command = [sys.executable, FAKE, "--port", "{port}", "--answers", str(folder / "answers.json"),
-               "--pids", str(folder / "pids")]
+               "--pids-dir", str(folder)]  # not the file: a named file enters the key by its content
     server = json.dumps({"command": command})
     worker = json.dumps({"command": [*command, "--worker"]})
     path = folder / "served.yaml"
@@ -202,8 +202,8 @@ def test_a_grid_of_three_launch_flags_starts_and_stops_each_transformers_serve_o
 @pytest.mark.parametrize("sig", ["INT", "TERM", "KILL"])  # INT: Ctrl-C
 def test_ctrl_c_or_a_signal_to_the_gate_mid_run_leaves_no_server(tmp_path, sig):
     grid = _fake_grid(tmp_path)
-    grid.write_text(grid.read_text().replace('"--pids", "' + str(tmp_path / "pids") + '"]',
-                                             '"--pids", "' + str(tmp_path / "pids") + '", "--worker", "--hang"]', 1))
+    grid.write_text(grid.read_text().replace('"--pids-dir", "' + str(tmp_path) + '"]',
+                                             '"--pids-dir", "' + str(tmp_path) + '", "--worker", "--hang"]', 1))
     gate = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--redline-alpha=0.3",
                              f"--redline-grid={grid}", f"--redline-cache-dir={tmp_path / 'store'}", "-q"],
                             cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

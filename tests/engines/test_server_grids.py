@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from pytest_redline.calibration import Level, prepare
-from pytest_redline.enginebook import EngineBook, key_args
+from pytest_redline.decode.enginebook import EngineBook, key_args
 from pytest_redline.grid import load_grid
 
 GRIDS = Path(__file__).resolve().parents[2] / "grids"

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from pytest_redline.batchrun import BatchRunner, BatchTimeout
+from pytest_redline.decode.batchrun import BatchRunner, BatchTimeout
 
 
 class Engine:

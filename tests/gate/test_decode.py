@@ -10,9 +10,9 @@ import redline_fakes
 
 from pytest_redline.calibration import Level, prepare
 from pytest_redline.decode import DecodeError, Decoder
-from pytest_redline.enginebook import EngineBook
+from pytest_redline.decode.enginebook import EngineBook
 from pytest_redline.grid import parse_grid
-from pytest_redline.store import OutcomeStore
+from pytest_redline.decode.store import OutcomeStore
 
 GRID = """\
 suite: fake

@@ -31,7 +31,7 @@ def test_inert_plugin_without_alpha(project: Project) -> None:
     script = (
         "import sys, pytest\n"
         "code = pytest.main(['-q', '-p', 'no:cacheprovider'])\n"
-        "heavy = [m for m in ('yaml', 'pytest_redline.session', 'pytest_redline.store') if m in sys.modules]\n"
+        "heavy = [m for m in ('yaml', 'pytest_redline.session', 'pytest_redline.decode.store') if m in sys.modules]\n"
         "print('HEAVY', heavy)\n"
         "sys.exit(code)\n"
     )
@@ -278,7 +278,7 @@ def test_no_cache_neither_reuses_nor_keeps(project: Project) -> None:
 
 @pytest.mark.slow  # in-process pytester gate run(s): 0.18 s CPU, over the inner loop's 50 s budget (issue 25)
 def test_progress_lines_show_under_quiet(project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("pytest_redline.decode.PROGRESS_EVERY_S", 0.0)
+    monkeypatch.setattr("pytest_redline.decode.progress.PROGRESS_EVERY_S", 0.0)
     project.grid()
     result = project.run(ALPHA, "-q")
     result.stdout.fnmatch_lines([

@@ -16,7 +16,7 @@ from tests.gate.test_decode import decoder
 
 from pytest_redline.decode import Batch
 from pytest_redline.grid import GridError, parse_grid
-from pytest_redline.store import FILENAME, OutcomeStore
+from pytest_redline.decode.store import FILENAME, OutcomeStore
 
 pytest_plugins = ["pytester"]
 

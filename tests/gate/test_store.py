@@ -14,7 +14,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from pytest_redline.store import FILENAME, OutcomeStore, StoredOutcome, StoreError, content_key
+from pytest_redline.decode.store import FILENAME, OutcomeStore, StoredOutcome, StoreError, content_key
 
 pytest_plugins = ["pytester"]
 
@@ -170,7 +170,7 @@ def test_concurrent_writers_lose_nothing(tmp_path: Path) -> None:
 
 OPENERS = """
 import multiprocessing, sys, tempfile
-from pytest_redline.store import OutcomeStore, StoreError
+from pytest_redline.decode.store import OutcomeStore, StoreError
 
 def opener(folder, barrier):
     barrier.wait()
@@ -321,7 +321,7 @@ def _replay_keys(folder: Path, suite: object | None = None) -> tuple[list[str], 
     from types import SimpleNamespace
 
     from pytest_redline.contracts import Prompt
-    from pytest_redline.enginebook import EngineBook
+    from pytest_redline.decode.enginebook import EngineBook
     from pytest_redline.keys import OutcomeKeys
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -348,8 +348,10 @@ def test_keys_hold_inputs_by_content_and_the_suite_by_its_entry_point(tmp_path: 
     here, here_older = _replay_keys(tmp_path / "a", _Suite())
     there, there_older = _replay_keys(tmp_path / "b" / "c", _Moved())
     assert here == there  # another folder, another suite module: the same keys
-    assert here_older[0] != there_older[0]  # the place format held both
-    assert len(set(here)) == 2 and not set(here) & set(here_older[0])
+    # replay is batch-invariant: its chain starts with the identity keys that held the batch
+    assert here_older[0] == there_older[0] and not set(here) & set(here_older[0])
+    assert here_older[1] != there_older[1]  # the place format held both
+    assert len(set(here)) == 2 and not set(here) & set(here_older[1])
     assert _replay_keys(tmp_path / "d")[0] != here  # the suite is in the key
 
 
@@ -380,7 +382,7 @@ def test_model_free_identity_is_what_the_built_engine_reports(name: str, tmp_pat
     import torch
 
     from pytest_redline import registry
-    from pytest_redline.enginebook import EngineBook, describe
+    from pytest_redline.decode.enginebook import EngineBook, describe
 
     cls = registry.factory(registry.ENGINES, name)
     threads = torch.get_num_threads()

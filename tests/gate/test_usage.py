@@ -156,7 +156,7 @@ def test_newer_store_refused(project: Project) -> None:
         con.execute("UPDATE redline_schema SET version = 99")
     result = project.run(ALPHA)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    from pytest_redline.store import SCHEMA_VERSION
+    from pytest_redline.decode.store import SCHEMA_VERSION
 
     result.stderr.fnmatch_lines([f"*written by a newer pytest-redline (schema 99, this one reads {SCHEMA_VERSION})*"])
 

@@ -18,7 +18,7 @@ import redline_fakes  # noqa: F401  (loads numpy and the gate's modules once, fo
 
 from pytest_redline.report import summary as step_summary
 from pytest_redline.calibration import Level, prepare
-from pytest_redline.enginebook import EngineBook
+from pytest_redline.decode.enginebook import EngineBook
 from pytest_redline.grid import load_grid
 from pytest_redline.ledger import GridRecord
 from pytest_redline.outcomes import OutcomeTable

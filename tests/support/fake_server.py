@@ -7,7 +7,8 @@ starts a real one. Options:
 - ``--answers FILE``: a JSON mapping prompt -> completion (default: none, every answer empty);
 - ``--worker``: fork a grandchild that only sleeps, as vLLM's and SGLang's workers do, so that
   a test can check the whole process group is stopped;
-- ``--pids FILE``: append ``server PID`` (and ``worker PID``) lines to FILE;
+- ``--pids FILE``: append ``server PID`` (and ``worker PID``) lines to FILE (``--pids-dir DIR``:
+  to DIR/pids; a command that names the file itself changes identity once the file exists);
 - ``--exit N``: print a line and exit with status N at once (a server that fails to start);
 - ``--no-ready``: listen, but answer 503 to ``/health`` and ``/v1/models`` forever;
 - ``--ignore-sigterm``: ignore SIGTERM (a server that must be killed after the grace period);
@@ -33,6 +34,7 @@ def main() -> int:
     parser.add_argument("--model", default="fake-model")
     parser.add_argument("--worker", action="store_true")
     parser.add_argument("--pids")
+    parser.add_argument("--pids-dir")  # the same, as DIR/pids: a folder, so the command's identity stays constant
     parser.add_argument("--exit", type=int)
     parser.add_argument("--no-ready", action="store_true")
     parser.add_argument("--ignore-sigterm", action="store_true")
@@ -53,6 +55,8 @@ def main() -> int:
             while True:
                 time.sleep(1)
         pids.append(("worker", worker))
+    if args.pids_dir:
+        args.pids = os.path.join(args.pids_dir, "pids")
     if args.pids:
         with open(args.pids, "a") as handle:
             handle.write("".join(f"{role} {pid}\n" for role, pid in pids))

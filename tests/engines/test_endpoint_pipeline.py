@@ -1,0 +1,112 @@
+"""The request pipeline of an I/O-bound engine, through the gate: ``concurrency`` requests in flight
+across batches, one config at a time on the server, no prompt sent twice, and the serial verdict."""
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("aiohttp", reason="the endpoint extra is not installed: pip install -e '.[endpoint]'")
+
+import redline_fakes  # noqa: E402,F401  (imported out here: pytester's in-process runs drop modules)
+import torch  # noqa: E402,F401
+from fake_openai import FakeOpenAI  # noqa: E402
+
+from pytest_redline.suites.arithmetic import ArithmeticSuite  # noqa: E402
+
+pytest_plugins = ["pytester"]
+N = 48
+CONFIGS = """\
+greedy: {max_tokens: 64, temperature: 0}
+good: {max_tokens: 64, temperature: 0, seed: 1}
+bad: {max_tokens: 64, temperature: 0, seed: 2}
+few: {max_tokens: 64, temperature: 0, seed: 3}
+"""
+WRONG = {1: 0, 2: 36, 3: 2}  # seed -> how many prompts (the first ones, by text) the config answers wrongly
+
+
+@pytest.fixture(scope="module")
+def answers() -> dict[str, str]:
+    return {p.prompt: p.solution for p in ArithmeticSuite(split="calibration", n=N, seed=0).problems()}
+
+
+def respond(answers):
+    wrong = {seed: set(sorted(answers)[:count]) for seed, count in WRONG.items()}
+    return lambda body, text: "no idea" if body.get("prompt") in wrong.get(body.get("seed"), ()) else text
+
+
+def grid(folder: Path, base_url: str, concurrency: int, batch_size: int = 8) -> None:
+    (folder / "endpoint.yaml").write_text("\n".join([
+        "name: endpoint", "suite: arithmetic", f"suite_args: {{split: calibration, n: {N}, seed: 0}}", "engine: openai",
+        f'engine_args: {{base_url: "{base_url}", model: fake-model, label: test-endpoint, retries: 1, backoff: 0.001, '
+        f"timeout: 20, concurrency: {concurrency}}}",
+        "cost: latency_s", "direction: lower", "reference: greedy", "configs:",
+        *("  " + line for line in CONFIGS.strip().splitlines()), "deploy: fastest", f"batch_size: {batch_size}"]) + "\n")
+
+
+def per_config(fake: FakeOpenAI) -> Counter:
+    """Requests per (config, prompt): the body without its prompt names the config."""
+    return Counter((b.get("seed"), b.get("prompt")) for b in fake.bodies)
+
+
+def verdict(pytester) -> dict:
+    report = json.loads((pytester.path / "report.json").read_text())
+    keep = ("name", "valid", "violations", "status", "stopped", "violations_bound", "ran_on")
+    return {"certified": report["certified"], "deploy": report.get("deploy"),
+            "configs": [{k: c.get(k) for k in keep} for c in report["configs"]]}
+
+
+@pytest.mark.slow  # an in-process gate run of 4 configs x 48 prompts: 3.5-5.4 s of wall on the loaded 2-core machine
+def test_the_server_sees_concurrency_requests_across_batches_one_config_at_a_time_none_twice(pytester, run_gate, answers):
+    with FakeOpenAI(answers) as fake:
+        fake.latency_s = 0.05
+        fake.respond = respond(answers)
+        grid(pytester.path, fake.base_url, concurrency=16)
+        result = run_gate("--redline-alpha=0.3", "--redline-grid=endpoint.yaml", "--redline-report=report.json")
+        peak, configs, sent = fake.peak, fake.peak_configs, per_config(fake)
+    assert result.ret in (0, 1), result.stdout.str()[-3000:]
+    assert peak == 16  # the pool stays full across batches of 8 (it was min(concurrency, batch_size))
+    assert configs == 1  # configs one after another
+    assert set(sent.values()) == {1}  # no prompt sent twice
+
+
+@pytest.mark.slow  # two in-process gate runs: 5 s of wall on the loaded 2-core machine, 2.5 s alone
+def test_the_pipelined_verdict_is_the_serial_one(pytester, run_gate, answers, monkeypatch):
+    verdicts, sent = {}, {}
+    for way in ("pipelined", "serial"):
+        if way == "serial":
+            monkeypatch.setattr("pytest_redline.decode.pipeline.pipelined", lambda decoder, config: False)
+        with FakeOpenAI(answers) as fake:
+            fake.respond = respond(answers)
+            grid(pytester.path, fake.base_url, concurrency=8, batch_size=4)
+            run_gate("--redline-alpha=0.3", "--redline-grid=endpoint.yaml", "--redline-report=report.json",
+                     f"--redline-cache-dir={way}")
+            verdicts[way], sent[way] = verdict(pytester), per_config(fake)
+    assert verdicts["pipelined"] == verdicts["serial"]
+    assert any(c["stopped"] for c in verdicts["serial"]["configs"]), verdicts  # a candidate stopped early: it is tested
+    assert set(sent["serial"]) <= set(sent["pipelined"])  # past a stop, the pipeline may have sent more
+
+
+@pytest.mark.slow  # two xdist workers in a subprocess: about 15 s of wall
+def test_under_xdist_the_session_keeps_concurrency_and_one_config_at_a_time_and_sends_nothing_twice(pytester, run_gate, answers):
+    with FakeOpenAI(answers) as fake:
+        fake.latency_s = 0.02
+        fake.respond = respond(answers)
+        grid(pytester.path, fake.base_url, concurrency=6, batch_size=4)
+        run_gate("--redline-alpha=0.3", "--redline-grid=endpoint.yaml", "--redline-report=report.json",
+                 "--redline-cache-dir=serial")
+        serial = verdict(pytester)
+    with FakeOpenAI(answers) as fake:
+        fake.latency_s = 0.02
+        fake.respond = respond(answers)
+        grid(pytester.path, fake.base_url, concurrency=6, batch_size=4)
+        result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2", "--dist", "loadscope",
+                                               "--redline-alpha=0.3", "--redline-grid=endpoint.yaml",
+                                               "--redline-report=report.json", "--redline-cache-dir=xdist")
+        peak, configs, sent = fake.peak, fake.peak_configs, per_config(fake)
+    assert "2 workers" in result.stdout.str(), result.stdout.str()[-3000:]
+    assert peak <= 6 and configs == 1  # the whole session: concurrency, and one config at a time on the server
+    assert set(sent.values()) == {1}  # no request twice
+    assert verdict(pytester) == serial
