@@ -193,16 +193,17 @@ def lm_eval_requests(prompts: int, seed: int):
 
 
 def lm_eval_run(server: Server, prompts: int, configs: int, concurrency: int) -> dict:
-    """One config at a time, as a user would run lm-eval: the sum of each config's request span."""
-    spans, peak, sent = [], 0, 0
+    """One config at a time, as a user would run lm-eval, back to back in this process (its
+    start-up left out): the whole span (first request to last answer, lm-eval's own time between
+    configs included) and the sum of each config's span (that time left out)."""
+    server.reset()
     for seed in range(configs):
         model = lm_eval_model(server.url, concurrency)
-        server.reset()
         model.generate_until(lm_eval_requests(prompts, seed), disable_tqdm=True)
-        stats = server.stats()
-        spans.append(stats["last"] - stats["first"])
-        peak, sent = max(peak, stats["peak"]), sent + sum(stats["sent"].values())
-    return {"concurrency": concurrency, "span_s": sum(spans), "peak": peak, "requests": sent}
+    stats = server.stats()
+    return {"concurrency": concurrency, "span_s": stats["last"] - stats["first"],
+            "per_config_s": sum(last - first for first, last in stats["spans"].values()),
+            "peak": stats["peak"], "peak_configs": stats["peak_configs"], "requests": sum(stats["sent"].values())}
 
 
 # -- client CPU per request -------------------------------------------------------------------
@@ -251,18 +252,20 @@ def main() -> None:
     server = Server(max(args.prompts, args.cpu_requests), args.latency, args.per_token, args.server_limit or None)
     try:
         lm_eval = {c: lm_eval_run(server, args.prompts, args.configs, c) for c in args.lm_eval_concurrency}
-        print("| concurrency | requests | peak in flight / concurrency | configs at once | span / ideal | "
-              "pool use | span / lm-eval's | configs' spans summed / lm-eval's |",
-              "|---|---|---|---|---|---|---|---|", sep="\n", flush=True)
+        print("| concurrency | requests | peak in flight / min(concurrency, a config's requests) | configs at once | "
+              "span / ideal | pool use | gaps between configs, s | span / lm-eval's | configs' spans summed / lm-eval's |",
+              "|---|---|---|---|---|---|---|---|---|", sep="\n", flush=True)
         for c in args.concurrency:
             r = gate_run(server, args.prompts, args.configs, args.latency, c, args.batch_size)
-            whole = f"{r['span_s'] / lm_eval[c]['span_s']:.2f}" if c in lm_eval else "-"
-            summed = f"{r['per_config_s'] / lm_eval[c]['span_s']:.2f}" if c in lm_eval else "-"
-            print(f"| {c} | {r['requests']} | {r['peak'] / c:.2f} | {r['peak_configs']} | {r['span_s'] / r['ideal_s']:.3f} | "
-                  f"{r['use']:.2f} | {whole} | {summed} |", flush=True)
+            whole = f"{r['span_s'] / lm_eval[c]['span_s']:.3f}" if c in lm_eval else "-"
+            summed = f"{r['per_config_s'] / lm_eval[c]['per_config_s']:.3f}" if c in lm_eval else "-"
+            print(f"| {c} | {r['requests']} | {r['peak'] / min(c, args.prompts):.2f} | {r['peak_configs']} | "
+                  f"{r['span_s'] / r['ideal_s']:.3f} | {r['use']:.2f} | {r['span_s'] - r['per_config_s']:.2f} | "
+                  f"{whole} | {summed} |", flush=True)
         for c, r in lm_eval.items():
-            print(f"lm-eval local-completions at {c}: {r['requests']} requests, peak in flight {r['peak']}, span "
-                  f"{r['span_s']:.1f} s (one config at a time)", flush=True)
+            print(f"lm-eval local-completions at {c}: {r['requests']} requests, peak in flight {r['peak']}, "
+                  f"{r['peak_configs']} config(s) at once, span {r['span_s']:.2f} s (configs back to back in one "
+                  f"process), configs' spans summed {r['per_config_s']:.2f} s", flush=True)
         cpu = cpu_per_request(server, args.cpu_requests, 64)
         base = cpu["lm-eval local-completions"]
         print(f"client CPU per request ({args.cpu_requests} requests at concurrency 64, server answering after "

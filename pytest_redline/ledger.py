@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # annotations only: the ledger's code calls no pytest
     import pytest
 
 REASONS = ("errored", "skipped", "deselected", "not run")
+LENGTH_WARN = 0.05  # warn when more than this share of a config's outcomes stopped at the token limit
 
 
 _BLANK = ItemRecord.blank("", "")  # a cell without an outcome: read wrong, with unknown costs
@@ -55,6 +56,21 @@ class GridRecord:
 
     def count(self, source: str) -> int:
         return sum(entry.source == source for entry in self.entries.values())
+
+    def length_stops(self) -> dict[str, tuple[int, int]]:
+        """Per config, in grid order: (outcomes that stopped at the token limit, outcomes), over
+        the items that ran."""
+        counts = {c: [0, 0] for c in self.cal.configs}
+        for (config, _), entry in self.entries.items():
+            if entry.has_outcome and config in counts:
+                counts[config][0] += entry.finish_reason == "length"
+                counts[config][1] += 1
+        return {c: (cut, total) for c, (cut, total) in counts.items()}
+
+    def length_warned(self) -> list[str]:
+        """The configs with more than LENGTH_WARN of their outcomes at the token limit: a limit
+        too low for the suite, which shows as regressions."""
+        return [c for c, (cut, total) in self.length_stops().items() if cut > LENGTH_WARN * total]
 
     def regressions(self) -> list[dict[str, str]]:
         """Regressions in grid order (configs, then prompts), however the reports arrived."""

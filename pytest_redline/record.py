@@ -56,7 +56,8 @@ class ItemRecord:
       ``reference_extracted``/``reference_rule`` the reference's final answer and rule;
     - ``answer`` and ``rule``: the final answer the scorer extracted from this item's text
       and the rule that decided ("marker", "boxed", "no answer", "revised", "hedged",
-      "truncated", ...; docs/explanation/scoring.md).
+      "truncated", ...; docs/explanation/scoring.md);
+    - ``finish_reason``: why the engine stopped (``"length"``: at the token limit), when it says.
 
     A field that is None is not published. Compare records by :meth:`to_properties`
     (NaN costs make ``==`` on records meaningless, hence ``eq=False``).
@@ -78,6 +79,7 @@ class ItemRecord:
     rule: str | None = None
     reference_extracted: str | None = None
     reference_rule: str | None = None
+    finish_reason: str | None = None
 
     @property
     def key(self) -> tuple[str, str]:
@@ -100,6 +102,7 @@ class ItemRecord:
             source=source,
             answer=getattr(outcome, "answer", None),
             rule=getattr(outcome, "rule", None) or None,
+            finish_reason=getattr(outcome, "finish_reason", None),
             **fields,
         )
 

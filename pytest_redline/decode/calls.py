@@ -16,9 +16,6 @@ from pytest_redline.decode.store import StoredOutcome
 from pytest_redline.scoring import engine_prompts, judgement
 
 
-LENGTH_WARN = 0.05  # warn when more than this share of a config's outcomes stopped at the token limit
-
-
 class Calls:
     """The engine call and scoring: a batch through ``generate`` (or an I/O-bound engine's
     pipeline), each answer scored, checked against its bounds and stored (part of
@@ -27,24 +24,20 @@ class Calls:
     def _get(self, config: str, batches: Sequence[Batch], tracker: "Progress | None" = None, what: str = "prompts") -> None:
         if config in self._config_errors:
             return
-        try:
-            keys = {b: self._keys(config, b) for b in batches}
-        except Exception as e:  # the engine failed to build, or its fingerprint raised
-            self._config_errors[config] = DecodeError(
-                f"config {config!r}: {e}", traceback.format_exc(), short=f"config {config!r}: its engine failed to build"
-            )
-            return
-        self._warn_shared_keys(config, [k for ks in keys.values() for k in ks])
         own = tracker is None
         if own:
             tracker = Progress(self, config, sum(len(b.prompts) for b in batches), len(batches), what)
         if pipeline.pipelined(self, config):  # an I/O-bound engine: every batch's requests at once
-            pipeline.decode_batches(self, config, batches, tracker, keys)
+            pipeline.decode_batches(self, config, batches, tracker)  # each batch's keys made as it is prepared
             if own:
                 tracker.finish()
-            if self._runs.get(config) is None:
-                self._warn_length_stops(config)
             return
+        try:
+            keys = {b: self._keys(config, b) for b in batches}
+        except Exception as e:  # the engine failed to build, or its fingerprint raised
+            self._config_failed(config, e)
+            return
+        self._warn_shared_keys(config, [k for ks in keys.values() for k in ks])
         pending = list(batches)
         while True:
             for b in list(pending):
@@ -59,20 +52,6 @@ class Calls:
             time.sleep(self.poll_s)  # batches another process is decoding
         if own:
             tracker.finish()
-        if self._runs.get(config) is None:  # a scheduled candidate is checked once its decoding is done
-            self._warn_length_stops(config)
-
-    def _warn_length_stops(self, config: str) -> None:
-        """Say once per config when more than LENGTH_WARN of its outcomes stopped at the token
-        limit: a limit too low for the suite, which shows as regressions."""
-        if config in self._length_warned or not self._outcomes[config]:
-            return
-        outcomes = self._outcomes[config].values()
-        cut = sum(o.finish_reason == "length" for o in outcomes)
-        if cut > LENGTH_WARN * len(outcomes):
-            self._length_warned.add(config)
-            self.progress(f"redline {self.cal.grid.name}: warning: config {config!r}: {cut} of {len(outcomes)} outcomes "
-                          "stopped at the token limit (finish_reason length); raise its max_tokens if the answers are cut")
 
     def _decode(self, config: str, batch: Batch, keys: list[str]) -> None:
         engine_name, engine_args = self.cal.engines[config]

@@ -57,7 +57,6 @@ class Decoder(Planner, Storage, Calls):
         self.keys = OutcomeKeys(cal, engines, ContentHashes(store.path.parent / CONTENT_HASHES))
         self.scoring = scoring_version(cal, scorer_name(cal))
         self.rescored = 0  # stored outcomes judged again because the scoring changed
-        self._length_warned: set[str] = set()  # configs warned about their length stops
 
     # ------------------------------------------------------------------ public
 

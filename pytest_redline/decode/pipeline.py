@@ -65,6 +65,7 @@ class _Config:
         self._ready: asyncio.Future | None = None
         self._leased: asyncio.Future | None = None
         self.in_flight: set[asyncio.Future] = set()  # requests sent, not answered yet
+        self._preparing = asyncio.Lock()  # one batch prepared at a time (see batch)
 
     async def _engine(self) -> Any:
         """The engine, built by the first request."""
@@ -100,29 +101,37 @@ class _Config:
             self.server_lease = None
 
     async def batch(self, batch: "Batch", keys: list[str] | None = None) -> None:
-        """Load the batch, or decode its missing prompts under its lease (``keys``: computed
-        already, and checked for sharing)."""
+        """Load the batch, or decode its missing prompts under the server's lease (``keys``:
+        computed already, and checked for sharing).
+
+        Batches are prepared (keys, the store's lookup, the engine) one at a time, and each one's
+        requests are queued before the next is prepared: the first requests go out after one
+        batch's preparation, and the rest is prepared while they are in flight."""
         d, config = self.d, self.config
-        if keys is None:
+        await self._server()
+        async with self._preparing:
+            if config in d._config_errors:
+                return
+            if keys is None:
+                try:
+                    keys = d._keys(config, batch)
+                except Exception as e:
+                    d._config_failed(config, e)
+                    return
+                d._warn_shared_keys(config, keys)
+            if d._load(config, batch, keys):
+                self.tracker.step(len(batch.prompts), decoded=False)
+                return
             try:
-                keys = d._keys(config, batch)
+                await self._engine()
             except Exception as e:
                 d._config_failed(config, e)
                 return
-            d._warn_shared_keys(config, keys)
-        await self._server()
-        if d._load(config, batch, keys):
-            self.tracker.step(len(batch.prompts), decoded=False)
-            return
-        try:
-            await self._engine()
-        except Exception as e:
-            d._config_failed(config, e)
-            return
-        missing = [(i, k) for i, k in zip(batch.prompts, keys) if i not in d._outcomes[config]]
-        prompts = engine_prompts(d.cal, [d.cal.prompts[i] for i, _ in missing])
-        self.pending += len(missing)
-        await asyncio.gather(*(self._prompt(i, k, p, batch) for (i, k), p in zip(missing, prompts)))
+            missing = [(i, k) for i, k in zip(batch.prompts, keys) if i not in d._outcomes[config]]
+            prompts = engine_prompts(d.cal, [d.cal.prompts[i] for i, _ in missing])
+            self.pending += len(missing)
+            sent = [asyncio.ensure_future(self._prompt(i, k, p, batch)) for (i, k), p in zip(missing, prompts)]
+        await asyncio.gather(*sent)  # cancelled, it cancels them
         self.tracker.step(len(batch.prompts), decoded=True)
 
     async def _prompt(self, index: int, key: str, prompt, batch: "Batch") -> None:

@@ -41,8 +41,6 @@ class Planner:
                     outcomes = self._outcomes[name]
                     regressed.update(i for i in self._ran[name] if i in outcomes and not outcomes[i].correct)
                 self._decode_contenders()
-            for name in candidates:
-                self._warn_length_stops(name)
         return self._runs[config]
 
     def _ahead(self, config: str) -> None:

@@ -82,7 +82,8 @@ def _schedule(v: GridVerdict) -> dict[str, Any]:
 def _configs(v: GridVerdict) -> list[dict[str, Any]]:
     params = v.cal.params
     if v.result is None:
-        return [{"name": name, "params": dict(params[name]), "decode_seconds": _seconds(v, name)} for name in v.cal.configs]
+        return [{"name": name, "params": dict(params[name]), "decode_seconds": _seconds(v, name),
+                 "length_stops": _length_stops(v, name)} for name in v.cal.configs]
     entries = v.result.to_dict()["configs"]
     prompts = [p.id for p in v.cal.prompts]
     sched = v.scheduled
@@ -90,6 +91,7 @@ def _configs(v: GridVerdict) -> list[dict[str, Any]]:
     for i, entry in enumerate(entries):
         entry["params"] = dict(params[entry["name"]])
         entry["decode_seconds"] = _seconds(v, entry["name"])
+        entry["length_stops"] = _length_stops(v, entry["name"])
         entry["accuracy_on_reference_correct"] = float(kept[i])  # on those it ran on, in a scheduled run
         entry["estimates_biased"] = v.estimate_biased(i)  # risk estimate, accuracy_on_reference_correct, prompts_needed
         if not v.comparable(i):  # accuracy, cost, gain: all-prompt figures; this config ran on fewer
@@ -143,6 +145,13 @@ def _json_number(x: Any) -> float | None:
     x = float(x)
     return None if x != x else x
 
+
+
+def _length_stops(v: GridVerdict, name: str) -> dict[str, Any]:
+    """The config's outcomes that stopped at the token limit, of those this run has, and whether
+    that is over LENGTH_WARN (the terminal's warning)."""
+    cut, total = v.record.length_stops()[name]
+    return {"count": cut, "outcomes": total, "warning": name in v.record.length_warned()}
 
 
 def _seconds(v: GridVerdict, name: str) -> float | None:

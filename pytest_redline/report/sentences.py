@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Sequence
 
 from pytest_redline.calibration import GRID_FILE
-from pytest_redline.ledger import REASONS
+from pytest_redline.ledger import LENGTH_WARN, REASONS
 from pytest_redline.report import text
 from pytest_redline.verdict import GridVerdict
 
@@ -51,6 +51,21 @@ def outcomes_line(v: GridVerdict) -> str:
                 "none decoded")
     return f"outcomes: {reused} reused from the store, {now} decoded"
 
+
+
+def length_stop_lines(v: GridVerdict) -> list[str]:
+    """Each config's outcomes that stopped at the token limit, when any did, and a warning for
+    each config with more than LENGTH_WARN of its outcomes there."""
+    counts = {c: n for c, n in v.record.length_stops().items() if n[0]}
+    if not counts:
+        return []
+    lines = ["stopped at the token limit (finish_reason length): "
+             + ", ".join(f"{c} {cut} of {total}" for c, (cut, total) in counts.items())]
+    for c in v.record.length_warned():
+        cut, total = counts[c]
+        lines.append(f"warning: config {c!r}: {cut} of {total} outcomes stopped at the token limit (over "
+                     f"{LENGTH_WARN:.0%}); raise its max_tokens if the answers are cut")
+    return lines
 
 
 def best_cost(cost: str, direction: str) -> str:

@@ -6,7 +6,8 @@ from typing import TYPE_CHECKING, Sequence
 
 from pytest_redline.report import text
 from pytest_redline.report.document import interval_gain
-from pytest_redline.report.sentences import header, hint_line, missing_lines, outcomes_line, trade_lines, verdict_line
+from pytest_redline.report.sentences import (header, hint_line, length_stop_lines, missing_lines, outcomes_line, trade_lines,
+                                             verdict_line)
 from pytest_redline.spend import Spend
 from pytest_redline.verdict import PROMPTS_LIMIT, GridVerdict
 
@@ -271,6 +272,7 @@ def _grid_lines(v: GridVerdict, verbosity: int) -> list[str]:
         lines += table_lines(v)
         lines += slice_lines(v)
     lines.append(outcomes_line(v))
+    lines += length_stop_lines(v)
     lines += schedule_lines(v)
     lines += regression_lines(v, verbosity)
     hint = hint_line(v)

@@ -134,14 +134,23 @@ def test_a_reference_fault_never_certifies_what_the_healthy_run_would_not(pytest
     assert resent == {p: 1 for p in faulty}
 
 
-def test_a_config_whose_answers_stop_at_the_token_limit_is_warned_about(pytester, run_gate, answers):
+def test_each_configs_length_stops_are_counted_and_a_config_over_5_percent_is_warned_about(pytester, run_gate, answers):
     with FakeOpenAI(answers) as fake:
         fake.faults = {p: [None, "length"] for p in sorted(answers)[:4]}  # 4 of 16 candidate answers at the limit
         grid(pytester.path, fake.base_url)
-        result = gate(run_gate)
-    out = result.stdout.str() + result.stderr.str()
-    assert "config 'again': 4 of 16 outcomes stopped at the token limit" in out, out[-3000:]
-    assert "config 'greedy'" not in out.split("token limit")[0].splitlines()[-1]
+        first = gate(run_gate)
+        counts = {c["name"]: c["length_stops"] for c in report(pytester)["configs"]}
+        again = gate(run_gate)  # from the store: the stored finish reasons count the same
+    for result in (first, again):
+        out = " ".join(line.strip() for line in result.stdout.lines)  # the terminal's lines, unwrapped
+        assert "stopped at the token limit (finish_reason length): again 4 of 16 warning:" in out, out[-3000:]
+        assert out.count("outcomes stopped at the token limit") == 1, out[-3000:]  # greedy has none
+        assert ("warning: config 'again': 4 of 16 outcomes stopped at the token limit (over 5%); raise its max_tokens "
+                "if the answers are cut") in out
+    assert counts == {"greedy": {"count": 0, "outcomes": N, "warning": False},
+                      "again": {"count": 4, "outcomes": N, "warning": True}}
+    assert {c["name"]: c["length_stops"] for c in report(pytester)["configs"]} == counts
+    assert report(pytester)["outcomes"] == {"reused": 2 * N, "decoded": 0}
 
 
 @pytest.mark.slow  # an in-process gate run against three servers: about 3 s
