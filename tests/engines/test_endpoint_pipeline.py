@@ -110,3 +110,33 @@ def test_under_xdist_the_session_keeps_concurrency_and_one_config_at_a_time_and_
     assert peak <= 6 and configs == 1  # the whole session: concurrency, and one config at a time on the server
     assert set(sent.values()) == {1}  # no request twice
     assert verdict(pytester) == serial
+
+
+def test_a_configs_first_requests_go_out_after_one_batch_is_prepared_not_all(pytester, run_gate, answers, monkeypatch):
+    """Batches are prepared (keys, the store's lookup) one at a time, each one's requests queued
+    before the next: the next config's first request does not wait for all its batches' lookups."""
+    from pytest_redline.decode.storage import Storage
+    from pytest_redline.engines.endpoint import OpenAIEngine
+
+    loads, at_first_request = Counter(), {}
+    load, complete = Storage._load, OpenAIEngine.complete
+
+    def counted_load(self, config, batch, keys):
+        loads[config] += 1
+        return load(self, config, batch, keys)
+
+    async def noted_complete(self, prompt, params):
+        at_first_request.setdefault(params.get("seed"), dict(loads))
+        return await complete(self, prompt, params)
+
+    monkeypatch.setattr(Storage, "_load", counted_load)
+    monkeypatch.setattr(OpenAIEngine, "complete", noted_complete)
+    with FakeOpenAI(answers) as fake:
+        grid(pytester.path, fake.base_url, concurrency=64, batch_size=8)  # 6 batches a config
+        result = run_gate("--redline-alpha=0.3", "--redline-grid=endpoint.yaml", "--redline-full")
+    assert result.ret in (0, 1), result.stdout.str()[-3000:]
+    names = {None: "greedy", 1: "good", 2: "bad", 3: "few"}
+    assert set(at_first_request) == set(names)
+    for seed, name in names.items():
+        assert at_first_request[seed].get(name, 0) <= 2, at_first_request  # was 6: every batch looked up first
+        assert loads[name] == N // 8
