@@ -6,17 +6,21 @@ correctly. Then, on the same prompts and at the same concurrency, in one run:
 
 - the gate (``pytest --redline-full`` in a subprocess, every config on every prompt, so the
   requests sent are the same for every concurrency) on ``--configs`` configs of ``--prompts``
-  prompts, for each concurrency of ``--concurrency``: the server's peak in flight, the request
-  span (first request to last answer), the ideal span (configs one after another: the sum over
-  configs of latency x ceil(requests / concurrency)) and the pool's use (the requests' summed
-  time in the server over span x concurrency: what the schedule's own waits leave);
-- lm-eval's ``LocalCompletionsAPI`` in this process, one config at a time as a user would run it
-  (its start-up left out: the sum of each config's request span), at ``--lm-eval-concurrency``,
-  against the gate's whole span and against the gate's configs' spans summed the same way;
-- the client's CPU per request (this process's CPU time over a batch of requests against a
-  server that answers at once): the gate's transport, streamed and not, and lm-eval's.
+  prompts, for each concurrency of ``--concurrency``: the server's peak in flight (over
+  min(concurrency, a config's requests): configs run one after another), the request span
+  (first request to last answer), the ideal span (configs one after another: the sum over
+  configs of latency x ceil(requests / concurrency)), the pool's use (the requests' summed time
+  in the server over span x concurrency: what the schedule's own waits leave) and the gaps
+  between configs (the span less the configs' own spans: from one config's last answer to the
+  next one's first request);
+- lm-eval's ``LocalCompletionsAPI`` in this process, one config at a time as a user would run it,
+  back to back (its start-up, 40 s or more per run from the command line, left out), at
+  ``--lm-eval-concurrency``: the gate's span against its whole span, and the gate's configs'
+  spans summed against its configs' spans summed (lm-eval's time between configs left out);
+- the client's CPU per request (this process's CPU time over ``--cpu-requests`` requests at
+  concurrency 64 to the same server): the gate's transport, streamed and not, and lm-eval's.
 
-Figures are ratios; the table goes to docs/endpoints.md with the load it ran at:
+Figures are ratios; the table goes to docs/how-to/endpoints.md with the load it ran at:
 
     python benchmarks/bench_endpoint.py                      # 12 configs x 200 prompts at 1 s
     python benchmarks/bench_endpoint.py --prompts 64 --configs 3 --latency 0.2 --concurrency 16 64

@@ -54,6 +54,7 @@ class Gate:
         self.verdicts: list[GridVerdict] = []
         self.file_notes: list[str] = []
         self.decode_seconds: dict[str, dict[str, float]] = {}  # per grid and config, summed over xdist workers
+        self.past_stop: dict[str, dict[str, int]] = {}  # per grid and config: prompts decoded past an early stop
         self.fallbacks: dict[str, str] = {}  # per grid: why scheduling could not hold
         self.decided: dict[str, dict] = {}  # per grid: valid candidates the cost intervals settled (Decoder.decided)
         self.exitstatus: int = 1  # what the process returns, once finish() has decided it
@@ -165,10 +166,12 @@ class Gate:
 
     def worker_output(self) -> dict[str, Any]:
         """The small builtin payload a worker sends to the controller (a serial session merges
-        its own at the end): deselected items, decode seconds, and why scheduling fell back."""
+        its own at the end): deselected items, decode seconds, prompts decoded past early stops, and why
+        scheduling fell back."""
         return {PAYLOAD: {
             "deselected": [list(ids) for ids in self.deselected_ids],
             "seconds": {label: d.config_seconds for label, d in self._decoders.items()},
+            "past_stop": {label: d.past_stop for label, d in self._decoders.items() if d.past_stop},
             "fallbacks": {label: d.fallback for label, d in self._decoders.items() if d.fallback},
             "decided": {label: d.decided for label, d in self._decoders.items() if d.decided},
         }}
@@ -182,6 +185,10 @@ class Gate:
             merged = self.decode_seconds.setdefault(label, {})
             for config, seconds in per_config.items():
                 merged[config] = merged.get(config, 0.0) + seconds
+        for label, per_config in payload.get("past_stop", {}).items():
+            merged = self.past_stop.setdefault(label, {})
+            for config, count in per_config.items():
+                merged[config] = merged.get(config, 0) + count
         for label, reason in payload["fallbacks"].items():
             self.fallbacks.setdefault(label, reason)
         for label, decided in payload.get("decided", {}).items():
@@ -231,7 +238,8 @@ class Gate:
             how_run = f"full: scheduling could not hold ({self.fallbacks[cal.label]})"
         else:
             how_run = "scheduled"
-        return decide(record, spend_of(record, self.decode_seconds.get(cal.label, {})), how_run, self.decided.get(cal.label))
+        spend = spend_of(record, self.decode_seconds.get(cal.label, {}), self.past_stop.get(cal.label, {}))
+        return decide(record, spend, how_run, self.decided.get(cal.label))
 
     def summary(self, terminal: pytest.TerminalReporter) -> None:
         if not self.verdicts:

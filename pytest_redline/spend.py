@@ -29,6 +29,13 @@ class Spend:
     decoded_forwards: float | None  # forwards decoded in this session
     decode_seconds: float  # wall time in engine.generate, this session
     config_seconds: Mapping[str, float] = field(default_factory=dict)  # the same, per config that decoded
+    past_stop: Mapping[str, int] = field(default_factory=dict)  # per config: prompts decoded past its early stop
+
+    @property
+    def decoded_past_stops(self) -> int:
+        """Prompts an I/O-bound engine decoded past early stops: sent ahead before the stop was
+        decided, stored (a rerun reuses them), and not items of this run."""
+        return sum(self.past_stop.values())
 
     @property
     def ratio(self) -> float | None:
@@ -54,11 +61,14 @@ class Spend:
             "decoded_forwards": self.decoded_forwards,
             "decode_seconds": round(self.decode_seconds, 3),
             "naive_seconds_estimate": None if self.naive_seconds is None else round(self.naive_seconds, 3),
+            "decoded_past_stops": self.decoded_past_stops,
         }
 
 
-def spend_of(record: GridRecord, config_seconds: Mapping[str, float] | None = None) -> Spend:
-    """What ``record``'s run spent; ``config_seconds``: this session's decoding time per config."""
+def spend_of(record: GridRecord, config_seconds: Mapping[str, float] | None = None,
+             past_stop: Mapping[str, int] | None = None) -> Spend:
+    """What ``record``'s run spent; ``config_seconds``: this session's decoding time per config;
+    ``past_stop``: per config, the prompts decoded past its early stop."""
     config_seconds = dict(config_seconds or {})
     cal = record.cal
     ran_forwards = [e.forwards for e in record.entries.values()]
@@ -73,6 +83,7 @@ def spend_of(record: GridRecord, config_seconds: Mapping[str, float] | None = No
         decoded_forwards=_total(decoded),
         decode_seconds=sum(config_seconds.values()),
         config_seconds=config_seconds,
+        past_stop=dict(past_stop or {}),
     )
 
 

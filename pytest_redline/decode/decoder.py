@@ -38,6 +38,8 @@ class Decoder(Planner, Storage, Calls):
         self.schedule = None if cal.full else Schedule(cal.n, self.batch_size, cal.seed, cal.stop_rule(), adaptive=True)
         self.fallback: str | None = None  # why this grid runs in full although scheduling was asked for
         self.config_seconds: dict[str, float] = {}  # wall time spent in engine.generate, per config
+        self.past_stop: dict[str, int] = {}  # per config: prompts decoded past its early stop that are not its items
+        self._sent_ahead: dict[str, set[int]] = {}  # per config: prompts the pipeline decoded past its early stop
         self._planned: set[tuple[str, int]] = set()
         self._needed: dict[str, set[int]] = {name: set() for name in cal.configs}
         self._outcomes: dict[str, dict[int, StoredOutcome]] = {name: {} for name in cal.configs}

@@ -10,8 +10,9 @@ prompt is one request and ``concurrency`` of them are kept in flight across a co
   keep the pool full: the stop rule is checked as batches complete, in the schedule's order, so
   the prompts it ran, its stop and its violations are the serial run's. Requests past the stop
   are not sent; those already sent finish and are stored (so no other process sends them again),
-  and may make the config's decoded prompts more than the serial run's. An interruption (Ctrl-C,
-  an error) cancels every request, closing its connection.
+  and may make the config's decoded prompts more than the serial run's: the decoder counts those
+  no later decoding made items (``Decoder.past_stop``), and the spend reports them. An interruption (Ctrl-C, an error) cancels
+  every request, closing its connection.
 
 Configs go one after another, so they never share a server at once. Under xdist a process holds
 the server's lease (``server:`` and the endpoint's URLs, in the outcome store) while it loads and
@@ -65,6 +66,7 @@ class _Config:
         self._ready: asyncio.Future | None = None
         self._leased: asyncio.Future | None = None
         self.in_flight: set[asyncio.Future] = set()  # requests sent, not answered yet
+        self.decoded: set[int] = set()  # prompts answered and stored by this run
         self._preparing = asyncio.Lock()  # one batch prepared at a time (see batch)
 
     async def _engine(self) -> Any:
@@ -169,6 +171,8 @@ class _Config:
         finally:
             d.config_seconds[config] = d.config_seconds.get(config, 0.0) + time.monotonic() - start
         d._accept(config, index, key, d.cal.prompts[index], generation, self.engine_name, self.bounds)
+        if index in d._outcomes[config]:
+            self.decoded.add(index)
 
 
 _loop: asyncio.AbstractEventLoop | None = None  # the process's pipeline loop: its connections outlive a config
@@ -278,4 +282,6 @@ def scheduled_run(decoder: "Decoder", config: str, reference: Sequence[bool], re
             violations += sum(results.get(i) is False for i in batch)
         return CandidateRun(tuple(ran), None, violations, unknown)
 
-    return _run(main, run)
+    result = _run(main, run)
+    decoder._sent_ahead[config] = run.decoded - set(result.ran)  # past the stop: stored, not the config's items
+    return result

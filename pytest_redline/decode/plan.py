@@ -41,6 +41,8 @@ class Planner:
                     outcomes = self._outcomes[name]
                     regressed.update(i for i in self._ran[name] if i in outcomes and not outcomes[i].correct)
                 self._decode_contenders()
+                ran = self._ran
+                self.past_stop = {c: len(s - ran[c]) for c, s in self._sent_ahead.items() if s - ran[c]}
         return self._runs[config]
 
     def _ahead(self, config: str) -> None:

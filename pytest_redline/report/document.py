@@ -92,6 +92,7 @@ def _configs(v: GridVerdict) -> list[dict[str, Any]]:
         entry["params"] = dict(params[entry["name"]])
         entry["decode_seconds"] = _seconds(v, entry["name"])
         entry["length_stops"] = _length_stops(v, entry["name"])
+        entry["decoded_past_stop"] = 0 if v.spend is None else int(v.spend.past_stop.get(entry["name"], 0))
         entry["accuracy_on_reference_correct"] = float(kept[i])  # on those it ran on, in a scheduled run
         entry["estimates_biased"] = v.estimate_biased(i)  # risk estimate, accuracy_on_reference_correct, prompts_needed
         if not v.comparable(i):  # accuracy, cost, gain: all-prompt figures; this config ran on fewer

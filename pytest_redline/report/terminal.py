@@ -205,6 +205,10 @@ def _spend_line(spend: Spend, now: str = "decoded now") -> str:
     text += f"; {now}: {0 if spend.decoded_forwards is None else spend.decoded_forwards:,.0f} forwards in {spend.decode_seconds:.1f} s"
     if spend.naive_seconds is not None:
         text += f" (full grid ~{spend.naive_seconds:.1f} s)"
+    if spend.decoded_past_stops:
+        text += (f"; {spend.decoded_past_stops} more prompts decoded past early stops ("
+                 + ", ".join(f"{c} {k}" for c, k in spend.past_stop.items() if k)
+                 + "): sent ahead before the stop was decided, stored for reruns, not counted as items")
     return text
 
 

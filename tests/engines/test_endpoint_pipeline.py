@@ -74,19 +74,31 @@ def test_the_server_sees_concurrency_requests_across_batches_one_config_at_a_tim
 
 @pytest.mark.slow  # two in-process gate runs: 5 s of wall on the loaded 2-core machine, 2.5 s alone
 def test_the_pipelined_verdict_is_the_serial_one(pytester, run_gate, answers, monkeypatch):
-    verdicts, sent = {}, {}
+    verdicts, sent, reports, outputs = {}, {}, {}, {}
     for way in ("pipelined", "serial"):
         if way == "serial":
             monkeypatch.setattr("pytest_redline.decode.pipeline.pipelined", lambda decoder, config: False)
         with FakeOpenAI(answers) as fake:
             fake.respond = respond(answers)
             grid(pytester.path, fake.base_url, concurrency=8, batch_size=4)
-            run_gate("--redline-alpha=0.3", "--redline-grid=endpoint.yaml", "--redline-report=report.json",
-                     f"--redline-cache-dir={way}")
+            result = run_gate("--redline-alpha=0.3", "--redline-grid=endpoint.yaml", "--redline-report=report.json",
+                              f"--redline-cache-dir={way}")
             verdicts[way], sent[way] = verdict(pytester), per_config(fake)
+            reports[way] = json.loads((pytester.path / "report.json").read_text())
+            outputs[way] = " ".join(line.strip() for line in result.stdout.lines)  # the terminal's lines, unwrapped
     assert verdicts["pipelined"] == verdicts["serial"]
     assert any(c["stopped"] for c in verdicts["serial"]["configs"]), verdicts  # a candidate stopped early: it is tested
     assert set(sent["serial"]) <= set(sent["pipelined"])  # past a stop, the pipeline may have sent more
+    # what it sent past a stop is counted: each config's requests less the prompts it ran
+    seeds = {c["name"]: c["params"].get("seed") for c in reports["pipelined"]["configs"]}
+    for way in ("pipelined", "serial"):
+        past = {c["name"]: c["decoded_past_stop"] for c in reports[way]["configs"]}
+        sent_ahead = {name: sum(1 for seed, _ in sent[way] if seed == seeds[name]) - len(c["ran_on"])
+                      for name, c in zip(seeds, reports[way]["configs"])}
+        assert past == sent_ahead, (way, past, sent_ahead)
+        assert reports[way]["spend"]["decoded_past_stops"] == sum(past.values())
+        assert ("decoded past early stops" in outputs[way]) == any(past.values())
+    assert not any(c["decoded_past_stop"] for c in reports["serial"]["configs"])
 
 
 @pytest.mark.slow  # two xdist workers in a subprocess: about 15 s of wall
@@ -110,6 +122,10 @@ def test_under_xdist_the_session_keeps_concurrency_and_one_config_at_a_time_and_
     assert peak <= 6 and configs == 1  # the whole session: concurrency, and one config at a time on the server
     assert set(sent.values()) == {1}  # no request twice
     assert verdict(pytester) == serial
+    report = json.loads((pytester.path / "report.json").read_text())  # the workers' counts past stops, merged
+    seeds = {c["name"]: c["params"].get("seed") for c in report["configs"]}
+    assert {c["name"]: c["decoded_past_stop"] for c in report["configs"]} == {
+        c["name"]: sum(1 for seed, _ in sent if seed == seeds[c["name"]]) - len(c["ran_on"]) for c in report["configs"]}
 
 
 def test_a_configs_first_requests_go_out_after_one_batch_is_prepared_not_all(pytester, run_gate, answers, monkeypatch):
