@@ -59,13 +59,15 @@ def length_stop_lines(v: GridVerdict) -> list[str]:
     counts = {c: n for c, n in v.record.length_stops().items() if n[0]}
     if not counts:
         return []
-    lines = ["stopped at the token limit (finish_reason length): "
-             + ", ".join(f"{c} {cut} of {total}" for c, (cut, total) in counts.items())]
-    for c in v.record.length_warned():
-        cut, total = counts[c]
-        lines.append(f"warning: config {c!r}: {cut} of {total} outcomes stopped at the token limit (over "
-                     f"{LENGTH_WARN:.0%}); raise its max_tokens if the answers are cut")
-    return lines
+    return ["stopped at the token limit (finish_reason length): "
+            + ", ".join(f"{c} {cut} of {total}" for c, (cut, total) in counts.items()), *length_warnings(v)]
+
+
+def length_warnings(v: GridVerdict) -> list[str]:
+    """A warning for each config with more than LENGTH_WARN of its outcomes at the token limit."""
+    counts = v.record.length_stops()
+    return [f"warning: config {c!r}: {counts[c][0]} of {counts[c][1]} outcomes stopped at the token limit (over "
+            f"{LENGTH_WARN:.0%}); raise its max_tokens if the answers are cut" for c in v.record.length_warned()]
 
 
 def best_cost(cost: str, direction: str) -> str:

@@ -441,7 +441,7 @@ def grids(verdicts: Sequence[GridVerdict]) -> list[GridSummary]:
         elif v.error:
             notes.append(v.error)
         hint = sentences.hint_line(v)
-        notes += ([hint] if hint else []) + sentences.trade_lines(v)
+        notes += ([hint] if hint else []) + sentences.trade_lines(v) + sentences.length_warnings(v)
         settle = {}
         if v.result is not None and v.statuses is not None:
             for i, name in enumerate(v.cal.configs):

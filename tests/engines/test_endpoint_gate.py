@@ -138,8 +138,9 @@ def test_each_configs_length_stops_are_counted_and_a_config_over_5_percent_is_wa
     with FakeOpenAI(answers) as fake:
         fake.faults = {p: [None, "length"] for p in sorted(answers)[:4]}  # 4 of 16 candidate answers at the limit
         grid(pytester.path, fake.base_url)
-        first = gate(run_gate)
+        first = gate(run_gate, "--redline-markdown=summary.md")
         counts = {c["name"]: c["length_stops"] for c in report(pytester)["configs"]}
+        summary = (pytester.path / "summary.md").read_text()
         again = gate(run_gate)  # from the store: the stored finish reasons count the same
     for result in (first, again):
         out = " ".join(line.strip() for line in result.stdout.lines)  # the terminal's lines, unwrapped
@@ -151,6 +152,7 @@ def test_each_configs_length_stops_are_counted_and_a_config_over_5_percent_is_wa
                       "again": {"count": 4, "outcomes": N, "warning": True}}
     assert {c["name"]: c["length_stops"] for c in report(pytester)["configs"]} == counts
     assert report(pytester)["outcomes"] == {"reused": 2 * N, "decoded": 0}
+    assert "warning: config 'again': 4 of 16 outcomes stopped at the token limit" in summary  # the pull request's page
 
 
 @pytest.mark.slow  # an in-process gate run against three servers: about 3 s
