@@ -20,6 +20,7 @@ pytest.importorskip("aiohttp", reason="the endpoint extra is not installed: pip 
 # and torch's C extensions cannot load twice (redline_fakes imports the gate's own).
 import redline_fakes  # noqa: E402,F401
 import torch  # noqa: E402,F401
+from interruptible import interruptible  # noqa: E402
 
 from pytest_redline.engines.endpoint import OpenAIEngine  # noqa: E402
 from pytest_redline.suites.arithmetic import ArithmeticSuite  # noqa: E402
@@ -204,8 +205,8 @@ def test_ctrl_c_or_a_signal_to_the_gate_mid_run_leaves_no_server(tmp_path, sig):
     grid = _fake_grid(tmp_path)
     grid.write_text(grid.read_text().replace('"--pids-dir", "' + str(tmp_path) + '"]',
                                              '"--pids-dir", "' + str(tmp_path) + '", "--worker", "--hang"]', 1))
-    gate = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--redline-alpha=0.3",
-                             f"--redline-grid={grid}", f"--redline-cache-dir={tmp_path / 'store'}", "-q"],
+    gate = subprocess.Popen(interruptible([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--redline-alpha=0.3",
+                                           f"--redline-grid={grid}", f"--redline-cache-dir={tmp_path / 'store'}", "-q"]),
                             cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 60

@@ -326,7 +326,9 @@ def test_interrupt_summary_states_real_exit_status(project: Project) -> None:
     import time
 
     project.grid(engine_args="{log_path: calls.jsonl, delay: 0.3}")
-    run = subprocess.Popen(project.command(ALPHA), cwd=project.path, env=project.env(),
+    from interruptible import interruptible
+
+    run = subprocess.Popen(interruptible(project.command(ALPHA)), cwd=project.path, env=project.env(),
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 120
     while not project.calls() and time.monotonic() < deadline and run.poll() is None:
