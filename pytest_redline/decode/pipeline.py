@@ -28,7 +28,7 @@ import json
 import time
 import traceback
 import weakref
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
 from pytest_redline.schedule import CandidateRun
 from pytest_redline.scoring import engine_prompts
@@ -102,9 +102,8 @@ class _Config:
             self.d.store.release(self.server_lease)
             self.server_lease = None
 
-    async def batch(self, batch: "Batch", keys: list[str] | None = None) -> None:
-        """Load the batch, or decode its missing prompts under the server's lease (``keys``:
-        computed already, and checked for sharing).
+    async def batch(self, batch: "Batch") -> None:
+        """Load the batch, or decode its missing prompts under the server's lease.
 
         Batches are prepared (keys, the store's lookup, the engine) one at a time, and each one's
         requests are queued before the next is prepared: the first requests go out after one
@@ -114,13 +113,12 @@ class _Config:
         async with self._preparing:
             if config in d._config_errors:
                 return
-            if keys is None:
-                try:
-                    keys = d._keys(config, batch)
-                except Exception as e:
-                    d._config_failed(config, e)
-                    return
-                d._warn_shared_keys(config, keys)
+            try:
+                keys = d._keys(config, batch)
+            except Exception as e:
+                d._config_failed(config, e)
+                return
+            d._warn_shared_keys(config, keys)
             if d._load(config, batch, keys):
                 self.tracker.step(len(batch.prompts), decoded=False)
                 return
@@ -233,14 +231,12 @@ async def _drain(tasks: list, run: _Config) -> None:
     await asyncio.gather(*tasks, *ready, *list(run.in_flight), return_exceptions=True)
 
 
-def decode_batches(decoder: "Decoder", config: str, batches: Sequence["Batch"], tracker: "_Progress",
-                   keys: Mapping[Any, list[str]] | None = None) -> None:
-    """Every missing prompt of ``batches``, ``concurrency`` in flight, each stored as it arrives
-    (``keys``: each batch's, when the caller has them)."""
+def decode_batches(decoder: "Decoder", config: str, batches: Sequence["Batch"], tracker: "_Progress") -> None:
+    """Every missing prompt of ``batches``, ``concurrency`` in flight, each stored as it arrives."""
     run = _Config(decoder, config, tracker)
 
     async def main(tasks: list) -> None:
-        tasks.extend(asyncio.ensure_future(run.batch(b, (keys or {}).get(b))) for b in batches)
+        tasks.extend(asyncio.ensure_future(run.batch(b)) for b in batches)
         await asyncio.gather(*tasks)
 
     _run(main, run)
