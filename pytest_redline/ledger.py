@@ -9,8 +9,10 @@ errored, skipped, deselected, or not run.
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from pytest_redline.calibration import Calibration
@@ -20,7 +22,7 @@ if TYPE_CHECKING:  # annotations only: the ledger's code calls no pytest
     import pytest
 
 REASONS = ("errored", "skipped", "deselected", "not run")
-LENGTH_WARN = 0.05  # warn when more than this share of a config's outcomes stopped at the token limit
+LENGTH_WARN = Fraction(1, 20)  # warn when more than this share of a config's outcomes stopped at the token limit
 
 
 _BLANK = ItemRecord.blank("", "")  # a cell without an outcome: read wrong, with unknown costs
@@ -60,17 +62,21 @@ class GridRecord:
     def length_stops(self) -> dict[str, tuple[int, int]]:
         """Per config, in grid order: (outcomes that stopped at the token limit, outcomes), over
         the items that ran."""
+        return dict(self._length_counts)
+
+    def length_warned(self) -> list[str]:
+        """The configs with more than LENGTH_WARN of their outcomes at the token limit (an exact
+        comparison of counts): a limit too low for the suite, which shows as regressions."""
+        return [c for c, (cut, total) in self._length_counts.items() if cut > LENGTH_WARN * total]
+
+    @functools.cached_property
+    def _length_counts(self) -> dict[str, tuple[int, int]]:  # counted once: every renderer asks
         counts = {c: [0, 0] for c in self.cal.configs}
         for (config, _), entry in self.entries.items():
             if entry.has_outcome and config in counts:
                 counts[config][0] += entry.finish_reason == "length"
                 counts[config][1] += 1
         return {c: (cut, total) for c, (cut, total) in counts.items()}
-
-    def length_warned(self) -> list[str]:
-        """The configs with more than LENGTH_WARN of their outcomes at the token limit: a limit
-        too low for the suite, which shows as regressions."""
-        return [c for c, (cut, total) in self.length_stops().items() if cut > LENGTH_WARN * total]
 
     def regressions(self) -> list[dict[str, str]]:
         """Regressions in grid order (configs, then prompts), however the reports arrived."""

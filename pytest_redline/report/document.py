@@ -83,7 +83,7 @@ def _configs(v: GridVerdict) -> list[dict[str, Any]]:
     params = v.cal.params
     if v.result is None:
         return [{"name": name, "params": dict(params[name]), "decode_seconds": _seconds(v, name),
-                 "length_stops": _length_stops(v, name)} for name in v.cal.configs]
+                 "length_stops": _length_stops(v, name), "decoded_past_stop": _past_stop(v, name)} for name in v.cal.configs]
     entries = v.result.to_dict()["configs"]
     prompts = [p.id for p in v.cal.prompts]
     sched = v.scheduled
@@ -92,7 +92,7 @@ def _configs(v: GridVerdict) -> list[dict[str, Any]]:
         entry["params"] = dict(params[entry["name"]])
         entry["decode_seconds"] = _seconds(v, entry["name"])
         entry["length_stops"] = _length_stops(v, entry["name"])
-        entry["decoded_past_stop"] = 0 if v.spend is None else int(v.spend.past_stop.get(entry["name"], 0))
+        entry["decoded_past_stop"] = _past_stop(v, entry["name"])
         entry["accuracy_on_reference_correct"] = float(kept[i])  # on those it ran on, in a scheduled run
         entry["estimates_biased"] = v.estimate_biased(i)  # risk estimate, accuracy_on_reference_correct, prompts_needed
         if not v.comparable(i):  # accuracy, cost, gain: all-prompt figures; this config ran on fewer
@@ -153,6 +153,11 @@ def _length_stops(v: GridVerdict, name: str) -> dict[str, Any]:
     that is over LENGTH_WARN (the terminal's warning)."""
     cut, total = v.record.length_stops()[name]
     return {"count": cut, "outcomes": total, "warning": name in v.record.length_warned()}
+
+
+def _past_stop(v: GridVerdict, name: str) -> int:
+    """Prompts of config ``name`` decoded past its early stop (sent ahead), not its items."""
+    return 0 if v.spend is None else int(v.spend.past_stop.get(name, 0))
 
 
 def _seconds(v: GridVerdict, name: str) -> float | None:

@@ -67,7 +67,7 @@ def length_warnings(v: GridVerdict) -> list[str]:
     """A warning for each config with more than LENGTH_WARN of its outcomes at the token limit."""
     counts = v.record.length_stops()
     return [f"warning: config {c!r}: {counts[c][0]} of {counts[c][1]} outcomes stopped at the token limit (over "
-            f"{LENGTH_WARN:.0%}); raise its max_tokens if the answers are cut" for c in v.record.length_warned()]
+            f"{float(LENGTH_WARN):.0%}); raise its max_tokens if the answers are cut" for c in v.record.length_warned()]
 
 
 def best_cost(cost: str, direction: str) -> str:

@@ -89,3 +89,21 @@ def test_only_passed_calls_that_regressed_is_regression():
 
 def test_fields_prompt_key():
     assert PromptKey("g", "c", "p", 3)._asdict() == {"grid": "g", "config": "c", "prompt": "p", "index": 3}
+
+
+@given(st.lists(st.tuples(st.sampled_from(["a", "b"]), st.sampled_from(["length", "eos", "stop", None]),
+                          st.booleans()), max_size=60))
+@example([("a", "length", True)] + [("a", "eos", True)] * 19)  # 1 of 20: exactly 5 %, not warned
+@example([("a", "length", True)] * 2 + [("a", "eos", True)] * 19)  # 2 of 21: over 5 %
+def test_counts_and_exact_threshold_length_stops(items):
+    """Each config's length stops over the items with an outcome, and a warning exactly when
+    more than 5 % of them (integer counts: 20 * stops > outcomes)."""
+    from pytest_redline.ledger import GridRecord
+
+    entries = {(config, f"p{k}"): ItemRecord("g", config, f"p{k}", correct=True if known else None, finish_reason=reason)
+               for k, (config, reason, known) in enumerate(items)}
+    record = GridRecord(SimpleNamespace(configs=("a", "b")), entries, ())
+    expected = {c: (sum(1 for x, r, known in items if x == c and known and r == "length"),
+                    sum(1 for x, _, known in items if x == c and known)) for c in ("a", "b")}
+    assert record.length_stops() == expected
+    assert record.length_warned() == [c for c in ("a", "b") if 20 * expected[c][0] > expected[c][1]]
